@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Set up everything the project needs, idempotently: .venv with gpuvalues[test],
+# pinned helm 4 / helm 3 / kubectl (sha256-verified) and prometheus / promtool in .tools/.
+# A second run installs nothing and takes seconds. Prints what it installs.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+BIN=.tools/bin
+mkdir -p "$BIN"
+say() { echo "setup: $*"; }
+
+# 1. Python venv with the package and its test extras; re-installed only when the
+#    package metadata changes (the stamp is a hash of setup.cfg and pyproject.toml).
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+stamp=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat .venv/.setup-stamp 2>/dev/null)" != "$stamp" ]; then
+  say "installing gpuvalues[test] into .venv"
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e ".[test]"
+  echo "$stamp" > .venv/.setup-stamp
+fi
+
+# 2. helm 4.1.4, helm 3.17.2 (as helm3) and kubectl, pinned by sha256.
+.venv/bin/python ci/install_tools.py
+
+# 3. prometheus and promtool from Debian's package, unpacked into .tools (never
+#    installed as a system service, so nothing starts). Reuse ones already on PATH.
+if [ ! -x "$BIN/promtool" ] || [ ! -x "$BIN/prometheus" ]; then
+  if command -v promtool >/dev/null && command -v prometheus >/dev/null; then
+    say "using prometheus and promtool from PATH"
+    ln -sf "$(command -v promtool)" "$BIN/promtool"
+    ln -sf "$(command -v prometheus)" "$BIN/prometheus"
+  else
+    say "installing prometheus and promtool from Debian's prometheus package into .tools"
+    tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+    if ! (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1); then
+      apt-get update -qq >/dev/null
+      (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1) \
+        || { echo "setup: error: 'apt-get download prometheus' failed; install Debian's prometheus package" >&2; exit 1; }
+    fi
+    rm -rf .tools/prometheus
+    dpkg-deb -x "$tmp"/prometheus_*.deb .tools/prometheus
+    ln -sf ../prometheus/usr/bin/promtool "$BIN/promtool"
+    ln -sf ../prometheus/usr/bin/prometheus "$BIN/prometheus"
+  fi
+fi
+
+say "ready: $($BIN/helm version --short) (helm), $($BIN/helm3 version --short) (helm3), $($BIN/promtool --version 2>&1 | head -1)"

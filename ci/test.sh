@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite: set up (idempotent), build the e2e control plane (cached by
+# version), then run every test group. Extra arguments go to pytest, e.g. `-m unit`.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+bash ci/setup.sh
+if [ -x ci/e2e/build.sh ]; then
+  bash ci/e2e/build.sh
+fi
+set +e
+.venv/bin/python -m pytest "$@"
+rc=$?
+set -e
+# pytest exits 5 when it collected no test: that is a failure, not a pass.
+if [ "$rc" -eq 5 ]; then echo "test: no tests were collected" >&2; exit 1; fi
+exit "$rc"

@@ -1,0 +1,72 @@
+"""Shared fixtures. Each test directory is a marker group: tests/unit -> unit,
+tests/chart -> chart, tests/integration -> integration, tests/e2e -> e2e, so
+`pytest -m chart` runs one group and a plain `pytest` runs them all."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ROOT / ".tools" / "bin"
+CHART = ROOT / "charts" / "gpu-inference"
+GROUPS = ("unit", "chart", "integration", "e2e")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        rel = Path(str(item.fspath)).resolve().relative_to(ROOT / "tests")
+        group = rel.parts[0]
+        if group in GROUPS:
+            item.add_marker(getattr(pytest.mark, group))
+
+
+def _tool(name: str) -> str:
+    path = TOOLS / name
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run ci/setup.sh")
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def chart_dir() -> Path:
+    return CHART
+
+
+@pytest.fixture(scope="session")
+def helm4() -> str:
+    """The pinned Helm 4.1.4 binary."""
+    return _tool("helm")
+
+
+@pytest.fixture(scope="session")
+def helm3() -> str:
+    """The pinned Helm 3.17.2 binary."""
+    return _tool("helm3")
+
+
+@pytest.fixture(scope="session", params=["helm", "helm3"])
+def helm(request) -> str:
+    """Each pinned helm in turn (Helm 4, then Helm 3): chart tests run on both."""
+    return _tool(request.param)
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    return _tool("promtool")
+
+
+@pytest.fixture(scope="session")
+def prometheus_bin() -> str:
+    return _tool("prometheus")
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    """Run a command, capturing text output, without raising on failure."""
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
