@@ -37,6 +37,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--helm", help="helm binary (default: $GPUVALUES_HELM, .tools/bin, PATH)")
     p.add_argument("--kube-version", default=render.DEFAULT_KUBE_VERSION)
     p.set_defaults(func=cmd_render)
+
+    # Each subcommand registers itself below, in its own block (one per planner).
+    # --- plan (MIG / sharing planner) ---
+    # --- end plan ---
+    # --- topo, fit (topology, inventory, fit check) ---
+    # --- end topo, fit ---
+    # --- simulate (capacity model, HPA simulator) ---
+    # --- end simulate ---
+    # --- values, validate, update (spec -> values) ---
+    # --- end values, validate, update ---
     return parser
 
 
