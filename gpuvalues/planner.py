@@ -1,0 +1,902 @@
+"""Optimal MIG planner: fewest GPUs (or lowest cost) that serve a workload mix, provably.
+
+Formulation (the configuration ILP of "configurable machine scheduling", Casey et al. 2024):
+for each node pool k and each valid maximal MIG layout L of its GPU (over the instance
+types some model can use), an integer x[k,L] = how many GPUs of pool k get layout L; for
+each pool, instance type p and model m, an integer z[k,p,m] = instances of p serving m.
+
+    min  sum_k price_k * sum_L x[k,L]
+    s.t. sum_L x[k,L]                  <= GPUs in pool k
+         sum_m z[k,p,m] - sum_L n(L,p) x[k,L] <= 0        (instances used <= instances built)
+         sum_{k,p} w(m,k,p) z[k,p,m]   >= need_m          (replicas, or throughput)
+
+Restricting to maximal layouts loses nothing: any layout is contained in a maximal one,
+and unused instances cost nothing. The model size depends on the number of layouts,
+profiles and models, not on the fleet size (bench/bench_planner.py: 16,384 GPUs < 1 s). HiGHS
+(highspy) solves it; we report the LP-relaxation bound, HiGHS's MIP dual bound and the gap.
+
+Pools without MIG (or with MIG disabled) offer whole GPUs (instance type "gpu"); with
+`sharing="time-slicing"|"mps"` they offer R shared slots per GPU (type "shared"), R from
+`sharing_replicas` or, by default, from the largest memory need of the models that can use them.
+
+Public API (frozen dataclasses; all pure):
+- `ModelDemand(name, replicas=None, throughput=None, throughput_per_instance={}, memory_gb=None,
+  excluded_profiles=(), allowed_profiles=None, pools=None)`. `throughput_per_instance` keys: a profile
+  name (`"1g.10gb"`), `"gpu"` (whole GPU), `"shared"` (one time-slicing/MPS slot), each
+  optionally qualified by GPU (`"H100-80GB-SXM/1g.10gb"`; the qualified key wins).
+  With `throughput` set, only instance types with a throughput entry are used.
+- `NodePool(name, gpu, gpus_per_node=8, nodes=1, mig_enabled=True, sharing=None,
+  sharing_replicas=None, price_per_gpu=None)`.
+- `plan(demands, pools, *, objective="gpus"|"cost", prices=None, baselines=True,
+  time_limit=30.0)` -> `Plan`; raises `PlanError` saying which model or capacity is short.
+  `prices` maps a GPU model (any alias) to a price per GPU; `NodePool.price_per_gpu` wins.
+- `Plan.to_dict()` (for JSON/YAML), `Plan.mig_parted_config`, `Plan.node_labels`,
+  `Plan.device_plugin_configs`, `Plan.baselines`, `Plan.lp_bound`, `Plan.gap`.
+- `sharing_plan(demands, gpu, mode, gpus=..., replicas=None)` -> `Plan` for one non-MIG pool.
+- `inputs_from_spec(spec)` -> (demands, pools, notes) from a `gpuvalues.spec.Spec`.
+- `plan_table(plan.to_dict(), pictures)`, `layout_pictures(plan)`: the CLI's table and ASCII pictures.
+
+`Plan.node_labels` maps a node-config name to the labels its nodes need
+(`nvidia.com/mig.config` selects the mig-parted config of that name; `nvidia.com/device-plugin.config`
+selects `Plan.device_plugin_configs[<pool>]`). `PoolPlan.node_groups` says how many nodes get each.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from collections import Counter, defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import highspy
+import numpy as np
+
+from gpuvalues import mig, migparted, sharing
+from gpuvalues.catalog import GpuModel, get_gpu
+from gpuvalues.errors import CatalogError, PlanError
+
+WHOLE = "gpu"
+SHARED = "shared"
+TIME_SLICING_WARNING = ("time-slicing gives no memory or fault isolation: every replica on a GPU shares its "
+                        "memory, so one that grows past its share can OOM its neighbours, and one crash "
+                        "takes them all down")
+
+
+@dataclass(frozen=True)
+class ModelDemand:
+    """What one model needs. Give `replicas` or `throughput` (with `throughput_per_instance`)."""
+
+    name: str
+    replicas: int | None = None
+    throughput: float | None = None
+    throughput_per_instance: Mapping[str, float] = field(default_factory=dict)
+    memory_gb: float | None = None
+    excluded_profiles: tuple[str, ...] = ()
+    allowed_profiles: tuple[str, ...] | None = None
+    pools: tuple[str, ...] | None = None   # node pools it may run on (None: any)
+
+
+@dataclass(frozen=True)
+class NodePool:
+    """A group of identical nodes: `nodes` x `gpus_per_node` GPUs of model `gpu`."""
+
+    name: str
+    gpu: str
+    gpus_per_node: int = 8
+    nodes: int = 1
+    mig_enabled: bool = True
+    sharing: str | None = None
+    sharing_replicas: int | None = None
+    price_per_gpu: float | None = None
+
+    @property
+    def capacity(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One instance on a GPU and the model it serves (None = spare)."""
+
+    profile: str
+    start: int
+    model: str | None
+
+
+@dataclass(frozen=True)
+class GpuGroup:
+    """`count` GPUs of one pool with the same layout and the same models on it."""
+
+    pool: str
+    layout: mig.Layout | None
+    instances: tuple[Instance, ...]
+    count: int
+
+    @property
+    def label(self) -> str:
+        if self.layout is not None:
+            return self.layout.label()
+        return f"{len(self.instances)}x{self.instances[0].profile}" if self.instances else "idle"
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """`count` nodes configured alike; `devices[i]` is the mig-devices of GPU i (None = MIG off/idle)."""
+
+    pool: str
+    config_name: str
+    count: int
+    devices: tuple[tuple[tuple[str, int], ...] | None, ...]
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    pool: NodePool
+    mode: str  # mig | whole | time-slicing | mps
+    gpus_used: int
+    nodes_used: int
+    gpu_groups: tuple[GpuGroup, ...]
+    node_groups: tuple[NodeGroup, ...]
+    spare_instances: Mapping[str, int]
+    unused_memory_slices: int
+    sharing_replicas: int | None = None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    name: str
+    gpus: int | None
+    cost: float | None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    objective: str
+    pools: tuple[PoolPlan, ...]
+    gpus_used: int
+    cost: float
+    lp_bound: float
+    mip_bound: float
+    gap: float
+    optimal: bool
+    solve_seconds: float
+    served: Mapping[str, float]
+    baselines: tuple[Baseline, ...]
+    warnings: tuple[str, ...]
+    mig_parted_config: Mapping[str, Any] | None
+    node_labels: Mapping[str, Mapping[str, str]]
+    device_plugin_configs: Mapping[str, Mapping[str, Any]]
+
+    def to_dict(self) -> dict:
+        """Plain data for JSON/YAML output."""
+        return {
+            "objective": self.objective,
+            "gpus_used": self.gpus_used,
+            "cost": self.cost,
+            "lp_bound": self.lp_bound,
+            "mip_bound": self.mip_bound,
+            "gap": self.gap,
+            "optimal": self.optimal,
+            "solve_seconds": round(self.solve_seconds, 4),
+            "served": dict(self.served),
+            "pools": [{
+                "name": p.pool.name, "gpu": get_gpu(p.pool.gpu).name, "mode": p.mode,
+                "gpus_used": p.gpus_used, "gpus_available": p.pool.capacity, "nodes_used": p.nodes_used,
+                "sharing_replicas": p.sharing_replicas,
+                "spare_instances": dict(p.spare_instances), "unused_memory_slices": p.unused_memory_slices,
+                "gpu_groups": [{"layout": g.label, "count": g.count,
+                                "instances": [{"profile": i.profile, "start": i.start, "model": i.model}
+                                              for i in g.instances]} for g in p.gpu_groups],
+                "node_groups": [{"config": n.config_name, "count": n.count,
+                                 "devices": [dict(d) if d is not None else None for d in n.devices]}
+                                for n in p.node_groups],
+            } for p in self.pools],
+            "baselines": [{"name": b.name, "gpus": b.gpus, "cost": b.cost, "note": b.note} for b in self.baselines],
+            "warnings": list(self.warnings),
+            "mig_parted_config": self.mig_parted_config,
+            "node_labels": {k: dict(v) for k, v in self.node_labels.items()},
+            "device_plugin_configs": {k: v for k, v in self.device_plugin_configs.items()},
+        }
+
+
+# --------------------------------------------------------------------------- inputs
+
+def _check_inputs(demands: Sequence[ModelDemand], pools: Sequence[NodePool]) -> None:
+    if not demands:
+        raise PlanError("no models to plan for: give at least one model with replicas or throughput")
+    if not pools:
+        raise PlanError("no node pools: give at least one pool (GPU model, GPUs per node, nodes)")
+    seen = set()
+    for d in demands:
+        if d.name in seen:
+            raise PlanError(f"model {d.name!r} is listed twice; merge its demands", field=f"models.{d.name}")
+        seen.add(d.name)
+        if (d.replicas is None) == (d.throughput is None):
+            raise PlanError(f"model {d.name!r}: give exactly one of replicas or throughput", field=f"models.{d.name}")
+        if d.replicas is not None and (not isinstance(d.replicas, int) or isinstance(d.replicas, bool) or d.replicas < 0):
+            raise PlanError(f"model {d.name!r}: replicas must be a non-negative integer, got {d.replicas!r}",
+                            field=f"models.{d.name}.replicas")
+        if d.throughput is not None:
+            if not d.throughput >= 0:
+                raise PlanError(f"model {d.name!r}: throughput must be >= 0", field=f"models.{d.name}.throughput")
+            if not d.throughput_per_instance:
+                raise PlanError(f"model {d.name!r}: throughput needs throughput_per_instance (per-profile "
+                                "throughput, e.g. {'1g.10gb': 20, '3g.40gb': 70})",
+                                field=f"models.{d.name}.throughput_per_instance")
+        for k, v in d.throughput_per_instance.items():
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0):
+                raise PlanError(f"model {d.name!r}: throughput for {k} must be a number >= 0, got {v!r}",
+                                field=f"models.{d.name}.throughput_per_instance.{k}")
+        if d.memory_gb is not None and not d.memory_gb > 0:
+            raise PlanError(f"model {d.name!r}: memory_gb must be > 0", field=f"models.{d.name}.memory_gb")
+    known = {WHOLE, SHARED}
+    for p in pools:
+        try:
+            known |= set(get_gpu(p.gpu).profile_names)
+        except CatalogError:
+            pass  # reported below with the pool's field
+    for d in demands:
+        keys = [(f"throughput_per_instance.{k}", k.rsplit("/", 1)[-1]) for k in d.throughput_per_instance]
+        keys += [(f"excluded_profiles.{k}", k) for k in d.excluded_profiles]
+        keys += [(f"allowed_profiles.{k}", k) for k in (d.allowed_profiles or ())]
+        for fld, k in keys:
+            if k not in known:
+                raise PlanError(f"model {d.name!r}: {k!r} is not a profile of any pool's GPU (nor 'gpu' or "
+                                f"'shared'); known: {', '.join(sorted(known))}", field=f"models.{d.name}.{fld}")
+    names = set()
+    for p in pools:
+        if p.name in names:
+            raise PlanError(f"node pool {p.name!r} is listed twice", field=f"pools.{p.name}")
+        names.add(p.name)
+        try:
+            migparted.check_label_value(p.name)
+        except Exception:
+            raise PlanError(f"pool name {p.name!r} must be a label-safe name (letters, digits, '-', '_', '.')",
+                            field=f"pools.{p.name}") from None
+        try:
+            get_gpu(p.gpu)
+        except CatalogError as exc:
+            raise PlanError(str(exc), field=f"pools.{p.name}.gpu") from None
+        if p.gpus_per_node < 1 or p.nodes < 0:
+            raise PlanError(f"pool {p.name!r}: gpus_per_node must be >= 1 and nodes >= 0",
+                            field=f"pools.{p.name}")
+        if p.sharing not in (None, "time-slicing", "mps"):
+            raise PlanError(f"pool {p.name!r}: sharing must be time-slicing or mps, got {p.sharing!r}",
+                            field=f"pools.{p.name}.sharing")
+        if p.sharing and p.mig_enabled and get_gpu(p.gpu).mig:
+            raise PlanError(f"pool {p.name!r}: time-slicing/MPS plans are for GPUs without MIG; set "
+                            "mig_enabled: false to share whole GPUs", field=f"pools.{p.name}.sharing")
+
+
+def _pool_mode(pool: NodePool) -> str:
+    gpu = get_gpu(pool.gpu)
+    if pool.sharing:
+        return pool.sharing
+    return "mig" if (pool.mig_enabled and gpu.mig) else "whole"
+
+
+def _tput(d: ModelDemand, gpu: GpuModel, itype: str) -> float | None:
+    t = d.throughput_per_instance
+    for key in t:
+        if "/" in key:
+            g, p = key.rsplit("/", 1)
+            if p == itype:
+                try:
+                    if get_gpu(g).name == gpu.name:
+                        return float(t[key])
+                except CatalogError:
+                    raise PlanError(f"model {d.name!r}: unknown GPU in throughput key {key!r}",
+                                    field=f"models.{d.name}.throughput_per_instance") from None
+    return float(t[itype]) if itype in t else None
+
+
+@dataclass(frozen=True)
+class _IType:
+    name: str
+    memory_gb: float
+
+
+def _shared_replicas(pool: NodePool, gpu: GpuModel, demands: Sequence[ModelDemand]) -> int:
+    limit = sharing.mps_max_clients(gpu) if pool.sharing == "mps" else None
+    if pool.sharing_replicas is not None:
+        r = pool.sharing_replicas
+        if r < 2:
+            raise PlanError(f"pool {pool.name!r}: sharing_replicas must be >= 2 (the device plugin rejects 1)",
+                            field=f"pools.{pool.name}.sharing_replicas")
+        if limit and r > limit:
+            raise PlanError(f"pool {pool.name!r}: {r} MPS clients exceed the limit of {limit} on {gpu.name} "
+                            f"(compute capability {gpu.compute_capability})", field=f"pools.{pool.name}.sharing_replicas")
+        return r
+    needs = [d.memory_gb for d in demands if d.memory_gb is not None and d.memory_gb <= gpu.memory_gb / 2]
+    if not needs:
+        raise PlanError(f"pool {pool.name!r}: set sharing_replicas, or give models a memory_gb of at most half "
+                        f"of {gpu.name}'s {gpu.memory_gb:g} GB so replicas per GPU follow from memory",
+                        field=f"pools.{pool.name}.sharing_replicas")
+    r = int(gpu.memory_gb // max(needs))
+    return min(r, limit) if limit else r
+
+
+def _itypes(pool: NodePool, demands: Sequence[ModelDemand], replicas: int | None) -> list[_IType]:
+    gpu = get_gpu(pool.gpu)
+    mode = _pool_mode(pool)
+    if mode == "mig":
+        named = {k.rsplit("/", 1)[-1] for d in demands for k in d.throughput_per_instance}
+        named |= {p for d in demands for p in (d.allowed_profiles or ())}
+        return [_IType(p.name, p.memory_gb) for p in gpu.profiles if p.is_base or p.name in named]
+    if mode == "whole":
+        return [_IType(WHOLE, gpu.memory_gb)]
+    return [_IType(SHARED, gpu.memory_gb / replicas)]
+
+
+def _weight(d: ModelDemand, gpu: GpuModel, it: _IType) -> float | None:
+    """Replicas or throughput one instance of `it` gives model `d`; None if it cannot serve it."""
+    if it.name in d.excluded_profiles:
+        return None
+    if d.allowed_profiles is not None and it.name not in d.allowed_profiles:
+        return None
+    if d.memory_gb is not None and d.memory_gb > it.memory_gb + 1e-9:
+        return None
+    if d.throughput is None:
+        return 1.0
+    t = _tput(d, gpu, it.name)
+    return t if t and t > 0 else None
+
+
+# --------------------------------------------------------------------------- MILP
+
+@dataclass
+class _Model:
+    pools: list[NodePool]
+    modes: list[str]
+    shared_r: list[int | None]
+    itypes: list[list[_IType]]
+    layouts: list[list[tuple[tuple[str, int], ...]]]       # per pool: layout keys (itype -> count)
+    weights: dict[tuple[int, str, int], float]             # (pool, itype, model) -> weight
+
+
+def _build(demands: Sequence[ModelDemand], pools: Sequence[NodePool], layout_rule: str) -> _Model:
+    modes, shared_r, itypes, layouts = [], [], [], []
+    weights: dict[tuple[int, str, int], float] = {}
+    for k, pool in enumerate(pools):
+        gpu = get_gpu(pool.gpu)
+        mode = _pool_mode(pool)
+        r = _shared_replicas(pool, gpu, demands) if mode in ("time-slicing", "mps") else None
+        its = _itypes(pool, demands, r)
+        if mode == "mig" and layout_rule == "whole":
+            full = gpu.full_profile
+            its = [_IType(full.name, full.memory_gb)]
+        for it in its:
+            for m, d in enumerate(demands):
+                if d.pools is not None and pool.name not in d.pools:
+                    continue
+                w = _weight(d, gpu, it)
+                if w is not None:
+                    weights[(k, it.name, m)] = w
+        usable = [it.name for it in its if any((k, it.name, m) in weights for m in range(len(demands)))]
+        if mode == "mig":
+            if layout_rule == "optimal":
+                keys = [L.key for L in mig.enumerate_layouts(gpu, maximal=True, profiles=usable)] if usable else []
+            elif layout_rule == "whole":
+                keys = [((gpu.full_profile.name, 1),)]
+            elif layout_rule == "balanced":
+                keys = [tuple(sorted(migparted.all_balanced(gpu).items()))]
+            elif layout_rule == "all-1g":
+                one = max((p for p in gpu.profiles if p.is_base and p.compute_slices == 1), key=lambda p: p.max_instances)
+                keys = [((one.name, one.max_instances),)]
+            else:
+                raise ValueError(layout_rule)
+        elif mode == "whole":
+            keys = [((WHOLE, 1),)]
+        else:
+            keys = [((SHARED, r),)]
+        built = {p for key in keys for p, _ in key}
+        if layout_rule != "optimal":  # baselines: only the instance types their layouts build
+            if mode == "mig" and layout_rule in ("balanced", "all-1g"):
+                # models that fit no instance of the baseline layout get whole GPUs (full profile)
+                full = gpu.full_profile.name
+                stuck = [m for m in range(len(demands))
+                         if not any((k, p, m) in weights for p in built)]
+                if stuck and full not in built:
+                    keys = keys + [((full, 1),)]
+                    built = built | {full}
+                    for key3 in [w for w in weights if w[0] == k and w[1] == full and w[2] not in stuck]:
+                        del weights[key3]
+            its = [it for it in its if it.name in built]
+            for key3 in [w for w in weights if w[0] == k and w[1] not in built]:
+                del weights[key3]
+        modes.append(mode)
+        shared_r.append(r)
+        itypes.append(its)
+        layouts.append(keys)
+    return _Model(list(pools), modes, shared_r, itypes, layouts, weights)
+
+
+def _need(d: ModelDemand) -> float:
+    return float(d.replicas if d.replicas is not None else d.throughput)
+
+
+def _prices(pools: Sequence[NodePool], objective: str, prices: Mapping[str, float] | None) -> list[float]:
+    if objective == "gpus":
+        return [1.0] * len(pools)
+    if objective != "cost":
+        raise PlanError(f"objective must be gpus or cost, got {objective!r}", field="objective")
+    by_model = {get_gpu(k).name: float(v) for k, v in (prices or {}).items()}
+    out = []
+    for p in pools:
+        price = p.price_per_gpu if p.price_per_gpu is not None else by_model.get(get_gpu(p.gpu).name)
+        if price is None or price < 0:
+            raise PlanError(f"objective cost needs a price per GPU for pool {p.name!r} ({get_gpu(p.gpu).name}): "
+                            "set price_per_gpu or prices", field=f"pools.{p.name}.price_per_gpu")
+        out.append(float(price))
+    return out
+
+
+_BANNER_SHOWN = False
+
+
+def _new_highs() -> highspy.Highs:
+    """A Highs instance; the first one prints a banner on fd 1 (C level), which would corrupt
+    `--output json`, so that one is built with fd 1 pointed at /dev/null."""
+    global _BANNER_SHOWN
+    if _BANNER_SHOWN:
+        return highspy.Highs()
+    sys.stdout.flush()
+    saved, devnull = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+    _BANNER_SHOWN = True
+    return h
+
+
+def _solve(model: _Model, demands: Sequence[ModelDemand], costs: list[float], *, integer: bool,
+           capacity: bool = True, time_limit: float = 30.0, abs_gap: float = 1e-6):
+    cols: list[tuple] = []  # ("x", k, layout_index) | ("z", k, itype, m)
+    for k, keys in enumerate(model.layouts):
+        for li in range(len(keys)):
+            cols.append(("x", k, li))
+    for (k, it, m) in sorted(model.weights):
+        cols.append(("z", k, it, m))
+    col_index = {c: i for i, c in enumerate(cols)}
+    n = len(cols)
+    cost = np.zeros(n)
+    for i, c in enumerate(cols):
+        if c[0] == "x":
+            cost[i] = costs[c[1]]
+    rows_lo, rows_hi, starts, index, value = [], [], [0], [], []
+
+    def add_row(entries, lo, hi):
+        for j, v in entries:
+            index.append(j)
+            value.append(v)
+        starts.append(len(index))
+        rows_lo.append(lo)
+        rows_hi.append(hi)
+
+    inf = highspy.kHighsInf
+    for k, keys in enumerate(model.layouts):
+        if capacity:
+            add_row([(col_index[("x", k, li)], 1.0) for li in range(len(keys))], -inf, float(model.pools[k].capacity))
+        for it in model.itypes[k]:
+            z = [(col_index[("z", k, it.name, m)], 1.0) for m in range(len(demands)) if ("z", k, it.name, m) in col_index]
+            if not z:
+                continue
+            x = [(col_index[("x", k, li)], -float(dict(key).get(it.name, 0))) for li, key in enumerate(keys)
+                 if dict(key).get(it.name, 0)]
+            add_row(z + x, -inf, 0.0)
+    for m, d in enumerate(demands):
+        entries = [(col_index[("z", k, it, mm)], w) for (k, it, mm), w in model.weights.items() if mm == m]
+        add_row(entries, _need(d), inf)
+    lp = highspy.HighsLp()
+    lp.num_col_ = n
+    lp.num_row_ = len(rows_lo)
+    lp.col_cost_ = cost
+    lp.col_lower_ = np.zeros(n)
+    lp.col_upper_ = np.full(n, inf)
+    lp.row_lower_ = np.array(rows_lo, dtype=float)
+    lp.row_upper_ = np.array(rows_hi, dtype=float)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
+    lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
+    lp.a_matrix_.value_ = np.array(value, dtype=float)
+    lp.a_matrix_.num_col_ = n
+    lp.a_matrix_.num_row_ = len(rows_lo)
+    if integer:
+        lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+    h = _new_highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    h.setOptionValue("random_seed", 0)
+    h.setOptionValue("time_limit", float(time_limit))
+    if integer:
+        h.setOptionValue("mip_rel_gap", 0.0)
+        h.setOptionValue("mip_abs_gap", abs_gap)
+    h.passModel(lp)
+    h.run()
+    status = h.getModelStatus()
+    info = h.getInfo()
+    sol = np.array(h.getSolution().col_value) if info.primal_solution_status == 2 else None
+    return status, info, sol, cols
+
+
+def _lp_bound(model, demands, costs, capacity=True):
+    status, info, sol, _ = _solve(model, demands, costs, integer=False, capacity=capacity)
+    if status != highspy.HighsModelStatus.kOptimal:
+        return None
+    return float(info.objective_function_value)
+
+
+def _diagnose(model: _Model, demands: Sequence[ModelDemand], costs: list[float]) -> PlanError:
+    for m, d in enumerate(demands):
+        if _need(d) > 0 and not any(mm == m for (_, _, mm) in model.weights):
+            sizes = []
+            for k, pool in enumerate(model.pools):
+                its = model.itypes[k]
+                big = max(its, key=lambda it: it.memory_gb)
+                sizes.append(f"{pool.name}: largest {big.name} {big.memory_gb:g} GB")
+            why = f"needs {d.memory_gb:g} GB" if d.memory_gb else "has no usable instance type"
+            if d.throughput is not None:
+                why += " or lacks a throughput entry for the instance types that fit"
+            return PlanError(f"model {d.name!r} {why}; no instance in any pool can serve it ({'; '.join(sizes)}). "
+                             "Add a pool with bigger GPUs, allow more profiles, or lower its memory need",
+                             field=f"models.{d.name}")
+    need = _lp_bound(model, demands, [1.0] * len(model.pools), capacity=False)
+    have = sum(p.capacity for p in model.pools)
+    if need is not None:
+        return PlanError(f"the inventory is too small: the models need at least {math.ceil(need - 1e-6)} GPUs "
+                         f"(LP bound) but the pools hold {have} ({', '.join(f'{p.name}: {p.capacity}' for p in model.pools)}). "
+                         "Add nodes or lower replicas/throughput", field="pools")
+    return PlanError("no plan satisfies the workload mix on this inventory", field="pools")
+
+
+def _values(sol, cols):
+    x: dict[tuple[int, int], int] = {}
+    z: dict[tuple[int, str, int], int] = {}
+    for i, c in enumerate(cols):
+        v = int(round(sol[i]))
+        if v <= 0:
+            continue
+        if c[0] == "x":
+            x[(c[1], c[2])] = v
+        else:
+            z[(c[1], c[2], c[3])] = v
+    return x, z
+
+
+def _trim(z: dict, model: _Model, demands: Sequence[ModelDemand]) -> dict:
+    """Drop assignments beyond what each model needs (they become spare instances)."""
+    z = dict(z)
+    for m, d in enumerate(demands):
+        need = _need(d)
+        items = sorted(((key, model.weights[key]) for key in z if key[2] == m), key=lambda kv: kv[1])
+        total = sum(z[key] * w for key, w in items)
+        for key, w in items:  # smallest contributions first
+            while z.get(key, 0) > 0 and total - w >= need - 1e-9:
+                z[key] -= 1
+                total -= w
+            if z.get(key) == 0:
+                del z[key]
+    return z
+
+
+def _run(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capacity=True):
+    model = _build(demands, pools, layout_rule)
+    for m, d in enumerate(demands):
+        if _need(d) > 0 and not any(mm == m for (_, _, mm) in model.weights):
+            return model, None
+    integral = all(float(c).is_integer() for c in costs)
+    t0 = time.perf_counter()
+    status, info, sol, cols = _solve(model, demands, costs, integer=True, time_limit=time_limit,
+                                     abs_gap=0.999 if integral else 1e-6, capacity=capacity)
+    secs = time.perf_counter() - t0
+    if sol is None or status not in (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kTimeLimit):
+        return model, None
+    lp = _lp_bound(model, demands, costs) if with_bounds else None
+    return model, (status, info, sol, cols, secs, lp)
+
+
+# --------------------------------------------------------------------------- output
+
+def _pool_plans(model: _Model, demands, x, z) -> tuple[list[PoolPlan], dict, dict, dict]:
+    pool_plans = []
+    node_configs: dict[str, list] = {}
+    labels: dict[str, dict[str, str]] = {}
+    dp_configs: dict[str, dict] = {}
+    pool_names = {p.name for p in model.pools}
+    for k, pool in enumerate(model.pools):
+        gpu = get_gpu(pool.gpu)
+        mode = model.modes[k]
+        keys = model.layouts[k]
+        # queue of models per instance type in this pool
+        queue: dict[str, deque[str]] = defaultdict(deque)
+        for (kk, it, m), v in sorted(z.items()):
+            if kk == k:
+                queue[it].extend([demands[m].name] * v)
+        gpus: list[tuple] = []  # (layout key, instances tuple)
+        for li, key in enumerate(keys):
+            for _ in range(x.get((k, li), 0)):
+                if mode == "mig":
+                    placements = mig.place(gpu, dict(key))
+                    inst = tuple(Instance(p.profile, p.start, queue[p.profile].popleft() if queue[p.profile] else None)
+                                 for p in placements)
+                else:
+                    (it, cnt), = key
+                    inst = tuple(Instance(it, i, queue[it].popleft() if queue[it] else None) for i in range(cnt))
+                gpus.append((key, inst))
+        counted = Counter(gpus)
+        groups = tuple(GpuGroup(pool.name, mig.Layout(gpu.name, tuple(mig.place(gpu, dict(key)))) if mode == "mig" else None,
+                                inst, n)
+                       for (key, inst), n in sorted(counted.items(), key=lambda kv: (-kv[1], str(kv[0]))))
+        spare = Counter(i.profile for (key, inst) in gpus for i in inst if i.model is None)
+        unused = 0
+        if mode == "mig":
+            unused = sum(gpu.mig.memory_slices - sum(gpu.profile(p).memory_slices * c for p, c in key) for key, _ in gpus)
+        # nodes: GPUs sorted by layout, chunked; identical nodes share a config
+        ordered = sorted((key for key, _ in gpus), key=str)
+        nodes = [tuple(ordered[i:i + pool.gpus_per_node]) for i in range(0, len(ordered), pool.gpus_per_node)]
+        nodes = [n + (None,) * (pool.gpus_per_node - len(n)) for n in nodes]
+        node_count = Counter(nodes)
+        ngroups = []
+        for idx, (devs, cnt) in enumerate(sorted(node_count.items(), key=lambda kv: (-kv[1], str(kv[0])))):
+            name = f"{pool.name}-{idx + 1}" if len(node_count) > 1 else pool.name
+            name = name[:63].rstrip("-_.")
+            while name in labels or (name != pool.name and name in pool_names):  # keep config names unique
+                name = f"{name[:58]}-x{idx + 1}"
+            ngroups.append(NodeGroup(pool.name, name, cnt, devs))
+            if mode == "mig":
+                node_configs[name] = [dict(d) if d is not None else {} for d in devs]
+                labels[name] = {**migparted.node_labels(name), "nvidia.com/device-plugin.config": pool.name}
+            elif gpu.mig is not None:
+                # a MIG-capable GPU used whole or shared: make sure MIG is off on these nodes
+                node_configs[name] = [None] * pool.gpus_per_node
+                labels[name] = {**migparted.node_labels(name), "nvidia.com/device-plugin.config": pool.name}
+            else:
+                labels[name] = {"nvidia.com/device-plugin.config": pool.name}
+        if mode == "mig":
+            dp_configs[pool.name] = sharing.build_device_plugin_config(mig_strategy="mixed")
+        elif mode == "whole":
+            dp_configs[pool.name] = sharing.build_device_plugin_config(mig_strategy="none")
+        else:
+            dp_configs[pool.name] = sharing.build_device_plugin_config(sharing=mode, replicas=model.shared_r[k], gpu=gpu,
+                                                                       mig_enabled=False)
+        pool_plans.append(PoolPlan(pool, mode, len(gpus), len(nodes), groups, tuple(ngroups), dict(spare), unused,
+                                   model.shared_r[k]))
+    return pool_plans, node_configs, labels, dp_configs
+
+
+def _warnings(model: _Model, demands) -> list[str]:
+    out = []
+    for k, pool in enumerate(model.pools):
+        gpu = get_gpu(pool.gpu)
+        r = model.shared_r[k]
+        if model.modes[k] == "time-slicing":
+            out.append(f"pool {pool.name}: {TIME_SLICING_WARNING}; each of the {r} replicas per {gpu.name} must "
+                       f"stay within {gpu.memory_gb / r:.1f} GB (OOM risk)")
+        elif model.modes[k] == "mps":
+            lim = sharing.mps_client_limits(gpu, r)
+            out.append(f"pool {pool.name}: MPS limits each of the {r} clients per {gpu.name} to "
+                       f"{lim['memory_limit_mib']} MiB (total / replicas) and {lim['active_thread_percentage']}% of the "
+                       f"SMs; at most {sharing.mps_max_clients(gpu)} clients at compute capability "
+                       f"{gpu.compute_capability}; no error isolation between clients")
+        if model.modes[k] in ("time-slicing", "mps") and any(d.throughput is not None for d in demands):
+            out.append(f"pool {pool.name}: shared-slot throughput comes from your 'shared' entries; slots on one "
+                       "GPU compete for it")
+    return out
+
+
+def plan(demands: Sequence[ModelDemand], pools: Sequence[NodePool], *, objective: str = "gpus",
+         prices: Mapping[str, float] | None = None, baselines: bool = True, time_limit: float = 30.0) -> Plan:
+    """The optimal plan: per-pool GPU layouts, model -> instance assignment, configs, bounds, baselines."""
+    demands, pools = list(demands), list(pools)
+    _check_inputs(demands, pools)
+    costs = _prices(pools, objective, prices)
+    model, res = _run(demands, pools, costs, "optimal", time_limit)
+    if res is None:
+        raise _diagnose(model, demands, costs)
+    status, info, sol, cols, secs, lp = res
+    x, z = _values(sol, cols)
+    z = _trim(z, model, demands)
+    obj = float(info.objective_function_value)
+    bound = float(info.mip_dual_bound)
+    optimal = status == highspy.HighsModelStatus.kOptimal
+    if optimal and all(float(c).is_integer() for c in costs):
+        # integral objective: HiGHS stopped with obj - bound <= 0.999 (mip_abs_gap), and the
+        # ceiling of a lower bound on an integer objective is still a lower bound
+        bound = float(math.ceil(bound - 1e-6))
+    gap = 0.0 if obj == 0 else max(0.0, (obj - bound) / abs(obj))
+    pool_plans, node_configs, labels, dp_configs = _pool_plans(model, demands, x, z)
+    served = {}
+    for m, d in enumerate(demands):
+        served[d.name] = float(sum(v * model.weights[(k, it, mm)] for (k, it, mm), v in z.items() if mm == m))
+    mp_cfg = migparted.build_mig_parted_config(node_configs) if node_configs else None
+    warnings = _warnings(model, demands)
+    if not optimal:
+        warnings.append(f"solver stopped at the time limit ({time_limit:g} s): gap {gap:.2%}; the plan is valid "
+                        "but may not be optimal")
+    base = tuple(_baselines(demands, pools, costs)) if baselines else ()
+    return Plan(objective=objective, pools=tuple(pool_plans),
+                gpus_used=sum(p.gpus_used for p in pool_plans),
+                cost=float(sum(costs[k] * p.gpus_used for k, p in enumerate(pool_plans))),
+                lp_bound=float(lp) if lp is not None else float("nan"), mip_bound=bound, gap=gap, optimal=optimal,
+                solve_seconds=secs, served=served, baselines=base, warnings=tuple(warnings),
+                mig_parted_config=mp_cfg, node_labels=labels, device_plugin_configs=dp_configs)
+
+
+BASELINES = (("whole-gpu", "whole", "one whole GPU per replica (MIG off): the seed's waste case"),
+             ("all-balanced", "balanced", "MIG GPUs in mig-parted's all-balanced (2x1g+1x2g+1x3g); models that "
+                                          "fit no such instance get whole GPUs"),
+             ("all-1g", "all-1g", "MIG GPUs split into 1g instances (7 on 7-slice GPUs); models that fit no 1g "
+                                  "instance get whole GPUs"))
+
+
+def _baselines(demands, pools, costs) -> list[Baseline]:
+    """Each baseline solved exactly too; if the inventory is too small for it, solved again
+    without pool capacities so it still reports how many GPUs it would take."""
+    out = []
+    for name, rule, note in BASELINES:
+        try:
+            dem, bpools = demands, pools
+            if rule == "whole":
+                # the whole GPU without MIG: a demand's "gpu" entry, else its full-profile entry
+                dem = [_whole_demand(d, pools) for d in demands]
+                bpools = [NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes, False, p.sharing, p.sharing_replicas,
+                                   p.price_per_gpu) if not p.sharing else p for p in pools]
+            model, res = _run(dem, bpools, costs, "optimal" if rule == "whole" else rule, 30.0, with_bounds=False)
+            if res is None:
+                model, res = _run(dem, bpools, costs, "optimal" if rule == "whole" else rule, 30.0,
+                                  with_bounds=False, capacity=False)
+                if res is not None:
+                    note += f"; more than the inventory's {sum(p.capacity for p in pools)} GPUs"
+        except PlanError as exc:
+            out.append(Baseline(name, None, None, f"{note}; not possible: {exc}"))
+            continue
+        if res is None:
+            why = _diagnose(model, dem if rule == "whole" else demands, costs).message
+            out.append(Baseline(name, None, None, f"{note}; not possible: {why}"))
+            continue
+        status, info, sol, cols, secs, _ = res
+        x, _ = _values(sol, cols)
+        gpus = sum(x.values())
+        cost = sum(costs[k] * v for (k, _), v in x.items())
+        out.append(Baseline(name, gpus, float(cost), note))
+    return out
+
+
+def _whole_demand(d: ModelDemand, pools: Sequence[NodePool]) -> ModelDemand:
+    if d.throughput is None:
+        return d
+    tpi = dict(d.throughput_per_instance)
+    for p in pools:
+        gpu = get_gpu(p.gpu)
+        full = gpu.full_profile
+        if full is None:
+            continue
+        own = _tput(d, gpu, WHOLE)
+        if own is None:
+            t = _tput(d, gpu, full.name)
+            if t is not None:
+                tpi[f"{gpu.name}/{WHOLE}"] = t
+    return ModelDemand(d.name, d.replicas, d.throughput, tpi, d.memory_gb,
+                       tuple(x for x in d.excluded_profiles if x != WHOLE), None)
+
+
+def sharing_plan(demands: Sequence[ModelDemand], gpu: str, mode: str, *, gpus: int, gpus_per_node: int = 8,
+                 replicas: int | None = None, price_per_gpu: float | None = None) -> Plan:
+    """Plan time-slicing or MPS on a GPU model without MIG (or with MIG off): one pool of `gpus` GPUs.
+
+    Replicas per GPU come from `replicas`, or from memory: floor(GPU memory / largest model
+    memory need), capped at the MPS client limit. The plan carries the seed's warnings.
+    `gpus` is rounded up to whole nodes of `gpus_per_node`.
+    """
+    if mode not in ("time-slicing", "mps"):
+        raise PlanError(f"mode must be time-slicing or mps, got {mode!r}", field="mode")
+    if gpus < 1:
+        raise PlanError("gpus must be >= 1", field="gpus")
+    pool = NodePool(name=f"{get_gpu(gpu).name.lower()}-{mode}", gpu=gpu, gpus_per_node=min(gpus_per_node, gpus),
+                    nodes=math.ceil(gpus / min(gpus_per_node, gpus)), mig_enabled=False, sharing=mode,
+                    sharing_replicas=replicas, price_per_gpu=price_per_gpu)
+    return plan(demands, [pool])
+
+
+# --------------------------------------------------------------------------- spec + output
+
+def inputs_from_spec(spec: Any) -> tuple[list[ModelDemand], list[NodePool], list[str]]:
+    """Planner inputs from a `gpuvalues.spec.Spec` (read by attribute; no import, to keep layers).
+
+    Replicas: ceil(load.peak / throughputPerReplica) when both are given, else
+    autoscaling.minReplicas, else 1. `sharing.migProfile` pins the profile; `whole` pins
+    whole GPUs (or the full MIG profile). Workloads needing several GPUs per replica
+    (gpus > 1 or tensorParallel > 1) are left out with a note: a MIG plan places one
+    instance per replica.
+    """
+    notes: list[str] = []
+    demands: list[ModelDemand] = []
+    pool_modes: dict[str, set] = defaultdict(set)
+    pool_reps: dict[str, int | None] = {}
+    names = [p.name for p in spec.node_pools]
+    fulls = tuple(sorted({get_gpu(p.gpu).full_profile.name for p in spec.node_pools
+                          if get_gpu(p.gpu).full_profile is not None}))
+    for w in spec.workloads:
+        share = spec.sharing_for(w)
+        if w.gpus_per_replica > 1:
+            notes.append(f"workload {w.name}: {w.gpus_per_replica} GPUs per replica (tensor parallel) is planned "
+                         "on whole GPUs outside the MIG plan")
+            continue
+        if w.load is not None and w.throughput_per_replica:
+            replicas = math.ceil(w.load.peak / w.throughput_per_replica)
+        else:
+            replicas = spec.autoscaling.min_replicas or 1
+        allowed = None
+        if share.mig_profile:
+            allowed = (share.mig_profile,)
+        elif share.mode == "whole":
+            allowed = (WHOLE,) + fulls
+        for pn in ([w.node_pool] if w.node_pool else names):
+            if share.mode in ("time-slicing", "mps"):
+                pool_modes[pn].add(share.mode)
+                pool_reps[pn] = share.replicas_per_gpu
+        demands.append(ModelDemand(w.name, replicas=replicas, memory_gb=w.memory_gb, allowed_profiles=allowed,
+                                   pools=(w.node_pool,) if w.node_pool else None))
+    pools = []
+    for p in spec.node_pools:
+        modes = pool_modes.get(p.name, set())
+        if len(modes) > 1:
+            raise PlanError(f"pool {p.name!r}: workloads ask for both time-slicing and MPS; the device plugin "
+                            "applies one sharing mode per node", field=f"cluster.nodePools.{p.name}")
+        mode = next(iter(modes), None)
+        gpu = get_gpu(p.gpu)
+        if mode and p.mig and gpu.mig:
+            notes.append(f"pool {p.name}: MIG is on, so {mode} is not used there")
+            mode = None
+        pools.append(NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes, mig_enabled=bool(p.mig), sharing=mode,
+                              sharing_replicas=pool_reps.get(p.name) if mode else None,
+                              price_per_gpu=p.price_per_gpu_hour))
+    return demands, pools, notes
+
+
+def plan_table(data: Mapping[str, Any], pictures: Sequence[tuple[str, str]] = ()) -> str:
+    """The people's view of `Plan.to_dict()`: summary, per-pool groups, layouts, baselines."""
+    from gpuvalues.output import table
+    out = [f"GPUs used: {data['gpus_used']}   cost: {data['cost']:g}   LP bound: {data['lp_bound']:.2f}   "
+           f"MIP bound: {data['mip_bound']:g}   gap: {data['gap']:.2%}   "
+           f"{'optimal' if data['optimal'] else 'NOT proven optimal'}   solve: {data['solve_seconds']:.3f}s", ""]
+    rows = []
+    for p in data["pools"]:
+        for g in p["gpu_groups"]:
+            models = Counter(i["model"] or "(spare)" for i in g["instances"])
+            rows.append([p["name"], p["gpu"], p["mode"], g["count"], g["layout"],
+                         ", ".join(f"{m} x{c}" for m, c in models.items())])
+    out.append(table(["pool", "gpu", "mode", "gpus", "layout", "models per GPU"], rows))
+    for title, pic in pictures:
+        out += [title, pic, ""]
+    out.append(table(["baseline", "gpus", "note"],
+                     [[b["name"], "n/a" if b["gpus"] is None else b["gpus"], b["note"]] for b in data["baselines"]]))
+    for p in data["pools"]:
+        for n in p["node_groups"]:
+            out.append(f"nodes: {n['count']} x {p['name']} labelled config {n['config']}")
+    for w in data["warnings"]:
+        out.append(f"warning: {w}")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def layout_pictures(plan_: Plan) -> list[tuple[str, str, mig.Layout]]:
+    """(title, ASCII picture, layout) for each distinct MIG layout in the plan."""
+    out = []
+    for p in plan_.pools:
+        seen: dict[str, int] = Counter()
+        layouts = {}
+        for g in p.gpu_groups:
+            if g.layout is not None:
+                seen[g.layout.label()] += g.count
+                layouts[g.layout.label()] = g.layout
+        for label, n in seen.items():
+            L = layouts[label]
+            out.append((f"{p.pool.name} ({get_gpu(p.pool.gpu).name}) x{n}: {label}", L.picture(), L))
+    return out

@@ -1,0 +1,158 @@
+"""Catalog: every data file loads, cites its sources, and agrees with NVIDIA's own configs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuvalues import catalog
+from gpuvalues.errors import CatalogError, GpuValuesError
+
+DATA = Path(__file__).parent / "data"
+OPERATOR = yaml.safe_load((DATA / "operator_mig_configs.yaml").read_text())
+
+# The issue's required models (by catalog name).
+REQUIRED = ["A100-40GB", "A100-80GB", "A30", "H100-80GB-SXM", "H100-80GB-PCIe", "H100-NVL", "H100-96GB",
+            "H200-141GB", "H200-NVL", "GH200-144GB", "B200", "GB200", "B300", "RTX-PRO-6000"]
+
+
+def test_required_models_present():
+    assert set(REQUIRED) <= set(catalog.known_gpus())
+
+
+@pytest.mark.parametrize("alias, expected", [
+    ("NVIDIA-A100-SXM4-80GB", "A100-80GB"),          # GFD label
+    ("NVIDIA A100-SXM4-80GB", "A100-80GB"),          # nvidia-smi name
+    ("A100-80GB", "A100-80GB"),
+    ("a100-80gb", "A100-80GB"),
+    ("NVIDIA A100 80GB PCIe", "A100-80GB"),
+    ("NVIDIA-A100-SXM4-40GB", "A100-40GB"),
+    ("NVIDIA-H100-80GB-HBM3", "H100-80GB-SXM"),
+    ("NVIDIA H100 PCIe", "H100-80GB-PCIe"),
+    ("NVIDIA H100 NVL", "H100-NVL"),
+    ("NVIDIA GH200 480GB", "H100-96GB"),
+    ("NVIDIA-GH200-144G-HBM3e", "GH200-144GB"),
+    ("NVIDIA-B200", "B200"),
+    ("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", "RTX-PRO-6000"),
+    ("NVIDIA-A100-SXM4-40GB-SHARED", "A100-40GB"),     # GFD under time-slicing
+    ("A100-SXM4-40GB-MIG-1g.5gb", "A100-40GB"),        # GFD single strategy product
+    ("Tesla-T4", "T4"),
+])
+def test_aliases(alias, expected):
+    assert catalog.get_gpu(alias).name == expected
+
+
+def test_unknown_gpu_lists_known_models():
+    with pytest.raises(CatalogError) as exc:
+        catalog.get_gpu("NVIDIA-K80")
+    msg = str(exc.value)
+    assert "unknown GPU model 'NVIDIA-K80'" in msg
+    for name in REQUIRED:
+        assert name in msg
+    assert isinstance(exc.value, GpuValuesError) and isinstance(exc.value, ValueError)
+
+
+def test_unknown_profile_lists_profiles():
+    with pytest.raises(CatalogError, match=r"profile '3g.20gb' does not exist on A100-80GB; its profiles are: 1g.10gb"):
+        catalog.get_gpu("A100-80GB").profile("3g.20gb")
+
+
+@pytest.mark.parametrize("gpu", catalog.all_gpus(), ids=lambda g: g.name)
+def test_data_file_consistent(gpu):
+    text = Path(gpu.source).read_text()
+    assert "# Sources" in text and "profiles" in text and "placements" in text
+    if gpu.mig is None:
+        return
+    mig = gpu.mig
+    assert mig.placement_status in {"published", "derived"}
+    if mig.placement_status == "derived":
+        assert len(mig.placement_note) > 40  # the derived rule is stated
+    full = gpu.full_profile
+    assert full is not None and full.compute_slices == mig.compute_slices
+    for p in gpu.profiles:
+        c, g, gb, _, _ = catalog.parse_profile_name(p.name)
+        assert g == p.compute_slices and gb == p.memory_gb  # name agrees with the fields
+        # memory in the name is the memory-slice fraction of the full profile (rounded)
+        assert abs(p.memory_gb - full.memory_gb * p.memory_slices / mig.memory_slices) <= 1.0, p.name
+        # a start is a multiple of the size on every published MIG table
+        assert all(s % p.memory_slices == 0 or p.memory_slices == 1 for s in p.starts)
+    for pid in gpu.pci_device_ids:
+        assert pid.startswith("0x") and len(pid) == 6
+
+
+def _by_device_id():
+    out = {}
+    for gpu in catalog.all_gpus():
+        for f in gpu.device_filter:
+            out[f] = gpu.name
+    return out
+
+
+def test_operator_balanced_entries_map_to_catalog():
+    ids = _by_device_id()
+    for entry in OPERATOR["balanced"]:
+        names = {ids[f] for f in entry["device_filter"] if f in ids}
+        assert names, entry
+        for name in names:
+            gpu = catalog.get_gpu(name)
+            for prof in entry["mig-devices"]:
+                gpu.profile(prof)
+
+
+def test_operator_all_profile_counts_are_catalog_max():
+    for entry in OPERATOR["all_profile"]:
+        for name in entry["gpus"]:
+            assert catalog.get_gpu(name).profile(entry["profile"]).max_instances == entry["count"], entry
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("1g.10gb", (1, 1, 10, (), ())),
+    ("1c.3g.40gb", (1, 3, 40, (), ())),
+    ("1g.24gb+me.all", (1, 1, 24, ("me.all",), ())),
+    ("1g.24gb-me", (1, 1, 24, (), ("me",))),
+    ("1g.5gb+me,gfx", (1, 1, 5, ("me", "gfx"), ())),
+])
+def test_parse_profile_name(name, expected):
+    assert catalog.parse_profile_name(name) == expected
+
+
+# Invalid forms from go-nvlib pkg/nvlib/device/mig_profile.go parse rules.
+@pytest.mark.parametrize("name", ["", "1g", "1g.5", "g.5gb", "1g.5gb+me-gfx", "1g.5gb+me,me", "1g.5gb+",
+                                  "1g.5gb+1me", "1g.5gb+.me", "1g.5gb+me.", "1g.5gb+m e", " 1g.5gb"])
+def test_parse_profile_name_rejects(name):
+    with pytest.raises(CatalogError):
+        catalog.parse_profile_name(name)
+
+
+def test_broken_data_file_names_file_and_field(tmp_path, monkeypatch):
+    (tmp_path / "x.yaml").write_text("name: X\ncompute_capability: '8.0'\nmemory_gb: 8\nmig:\n  compute_slices: 7\n"
+                                     "  memory_slices: 8\n  profiles:\n    - {name: 1g.1gb, compute_slices: 1}\n")
+    monkeypatch.setattr(catalog, "DATA_DIR", tmp_path)
+    catalog._catalog.cache_clear()
+    try:
+        with pytest.raises(CatalogError) as exc:
+            catalog.known_gpus()
+        assert str(exc.value).startswith(str(tmp_path / "x.yaml") + ": mig.profiles[0]: missing required key")
+    finally:
+        monkeypatch.undo()
+        catalog._catalog.cache_clear()
+
+
+LGIPP = yaml.safe_load((DATA / "lgipp_outputs.yaml").read_text())
+
+
+@pytest.mark.parametrize("case", LGIPP, ids=lambda c: c["gpu"])
+def test_catalog_matches_real_lgipp_output(case):
+    import re
+    gpu = catalog.get_gpu(case["gpu"])
+    by_id = {p.id: p for p in gpu.profiles if p.id is not None}
+    lines = [l for l in case["text"].splitlines() if l.strip()]
+    assert lines
+    for line in lines:
+        m = re.match(r"GPU\s+\d+ Profile ID\s+(\d+) Placements?\s*: \{([\d,]+)\}:(\d+)$", line.strip())
+        assert m, line
+        pid, starts, size = int(m.group(1)), tuple(int(s) for s in m.group(2).split(",")), int(m.group(3))
+        prof = by_id[pid]
+        assert (prof.starts, prof.memory_slices) == (starts, size), (prof.name, line)
+    assert gpu.mig.placement_status == "published"
