@@ -8,4 +8,13 @@ from gpuvalues.errors import GpuValuesError
 
 __version__ = "0.1.0"
 
-__all__ = ["GpuValuesError", "__version__"]
+__all__ = ["GpuValuesError", "__version__", "build_values"]
+
+
+def __getattr__(name: str):
+    # build_values pulls in the planners; import it on first use so `import gpuvalues`
+    # stays light for the CLI's --help and --version.
+    if name == "build_values":
+        from gpuvalues.values import build_values
+        return build_values
+    raise AttributeError(f"module 'gpuvalues' has no attribute {name!r}")

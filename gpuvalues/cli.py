@@ -7,62 +7,400 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
+import traceback
 from pathlib import Path
 
-import yaml
-
-from gpuvalues import __version__, render
+from gpuvalues import __version__, output, render
 from gpuvalues.errors import GpuValuesError
 
-DEFAULT_VALUES = Path(__file__).resolve().parent / "data" / "examples" / "default-values.yaml"
+# The built-in example `gpuvalues render` renders when given nothing: a small cluster of
+# A100 80GB nodes serving one model, through the full spec -> values -> checks -> render path.
+EXAMPLE_SPEC = Path(__file__).resolve().parent / "data" / "examples" / "a100-small.yaml"
+
+
+# --- shared options and conventions (owned by issue 8; used by every subcommand) ---
+def add_common_options(p: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """--output/--quiet/--debug/--progress, accepted before or after the subcommand."""
+    d = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
+    p.add_argument("--output", choices=output.FORMATS, default=d("table"),
+                   help="table for people (default), yaml or json for machines")
+    p.add_argument("-q", "--quiet", action="store_true", default=d(False),
+                   help="print only results and errors")
+    p.add_argument("--debug", action="store_true", default=d(False),
+                   help="show a traceback on errors")
+    p.add_argument("--progress", action="store_true", default=d(False),
+                   help="show progress on stderr even when it is not a terminal")
+
+
+def progress(args: argparse.Namespace, message: str) -> None:
+    """A progress line on stderr for long runs (terminal only, or --progress; never --quiet)."""
+    if getattr(args, "quiet", False):
+        return
+    if getattr(args, "progress", False) or sys.stderr.isatty():
+        elapsed = time.monotonic() - getattr(args, "_started", time.monotonic())
+        print(f"gpuvalues: [{elapsed:5.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def say(args: argparse.Namespace, message: str) -> None:
+    """A status line on stderr unless --quiet (stdout stays machine-readable)."""
+    if not getattr(args, "quiet", False):
+        print(message, file=sys.stderr)
+
+
+def emit(args: argparse.Namespace, data, as_table) -> None:
+    """Print `data` in the chosen --output format."""
+    sys.stdout.write(output.render(data, args.output, as_table))
+
+
+def print_findings(args: argparse.Namespace, findings) -> None:
+    """Findings as `file:line:col: path: message [code]` lines (table) or JSON/YAML."""
+    emit(args, [f.as_dict() for f in findings],
+         lambda _: "".join(f"{f}\n" for f in findings))
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    values_file = Path(args.values) if args.values else DEFAULT_VALUES
-    values = yaml.safe_load(values_file.read_text()) or {}
-    text = render.helm_template(values, helm=args.helm, kube_version=args.kube_version)
-    render.validate_manifests(render.parse_manifests(text), args.kube_version)
-    sys.stdout.write(text)
+    from gpuvalues import pipeline
+
+    kube = args.kube_version
+    if args.values:
+        if args.spec:
+            raise GpuValuesError("give a SPEC or --values FILE, not both")
+        progress(args, f"checking {args.values}")
+        values, warnings = pipeline.checked_values_file(args.values, kube or
+                                                        render.DEFAULT_KUBE_VERSION)
+        kube = kube or render.DEFAULT_KUBE_VERSION
+    else:
+        progress(args, "building values from the spec")
+        spec, built = pipeline.built_values(args.spec or EXAMPLE_SPEC, args.workload)
+        values, warnings = built.values, list(built.warnings)
+        kube = kube or spec.kubernetes_version
+    progress(args, f"helm template + kubernetes-validate {kube}")
+    text, objects = render.render_values(values, helm=args.helm, kube_version=kube)
+    if not args.values:
+        progress(args, "fit check on the spec's node pools")
+        warnings += pipeline.fit_findings(spec, built, objects)
+    for w in warnings:
+        say(args, str(w))
+    if args.out_dir:
+        paths = render.write_manifests(text, args.out_dir)
+        say(args, f"wrote {len(paths)} objects to {args.out_dir}")
+    else:
+        sys.stdout.write(text)
     return 0
+# --- end shared options and conventions ---
+
+
+# --- values, validate, update commands (issue 8) ---
+def cmd_values(args: argparse.Namespace) -> int:
+    from gpuvalues import pipeline
+
+    progress(args, f"planning {args.spec}")
+    spec, built_all = pipeline.built_all(args.spec, args.workload)
+    for b in built_all:
+        for w in b.warnings:
+            say(args, str(w))
+    written = pipeline.write_values(built_all, args.out, args.artifacts)
+    for path in written:
+        say(args, f"wrote {path}")
+    if not args.out:
+        data = built_all[0].values if len(built_all) == 1 else \
+            {b.workload: b.values for b in built_all}
+        if args.output == "table":
+            sys.stdout.write(pipeline.values_table(built_all))
+        else:
+            emit(args, data, lambda d: "")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from gpuvalues import pipeline
+    from gpuvalues.validate import errors_only
+
+    if not args.spec and not args.values:
+        raise GpuValuesError("give a SPEC or --values FILE to validate")
+    findings = pipeline.check(spec=args.spec, values=args.values, kube_version=args.kube_version)
+    print_findings(args, findings)
+    errors = errors_only(findings)
+    failing = findings if args.strict else errors
+    if not args.quiet and args.output == "table":
+        print(f"{len(errors)} errors, {len(findings) - len(errors)} warnings", file=sys.stderr)
+    return 1 if failing else 0
+
+
+def cmd_update(args: argparse.Namespace) -> int:
+    from gpuvalues import update
+
+    changes = {}
+    for item in args.set or []:
+        path, sep, value = item.partition("=")
+        if not sep or not path:
+            raise GpuValuesError(f"--set {item!r}: write it as path=value, e.g. "
+                                 "autoscaling.maxReplicas=12")
+        changes[path] = value if args.string else update.parse_value(value)
+    if not changes:
+        raise GpuValuesError("nothing to change: give one or more --set path=value")
+    warnings = update.update_values(args.file, changes, validate=not args.no_validate)
+    for w in warnings:
+        say(args, str(w))
+    say(args, f"updated {args.file}: {', '.join(changes)}")
+    return 0
+# --- end values, validate, update commands ---
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuvalues", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"gpuvalues {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show a traceback on errors")
+    add_common_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("render", help="render the chart with helm and validate the manifests")
-    p.add_argument("--values", help="values file (default: the built-in A100 example)")
+    p.add_argument("spec", nargs="?", metavar="SPEC",
+                   help="spec file ('-' for stdin; default: the built-in A100 example)")
+    p.add_argument("--values", help="render this values file instead of a spec")
+    p.add_argument("--workload", help="which workload of the spec (default: the only one)")
     p.add_argument("--helm", help="helm binary (default: $GPUVALUES_HELM, .tools/bin, PATH)")
-    p.add_argument("--kube-version", default=render.DEFAULT_KUBE_VERSION)
+    p.add_argument("--kube-version", help="target Kubernetes version "
+                   f"(default: the spec's, else {render.DEFAULT_KUBE_VERSION})")
+    p.add_argument("-o", "--out-dir", metavar="DIR",
+                   help="write one file per object into DIR (atomically) instead of stdout")
     p.set_defaults(func=cmd_render)
 
     # Each subcommand registers itself below, in its own block (one per planner).
     # --- plan (MIG / sharing planner) ---
+    def cmd_plan(args: argparse.Namespace) -> int:
+        from gpuvalues import fileio, mig, planner, spec as spec_mod
+
+        spec = spec_mod.load_spec(args.spec)
+        demands, pools, notes = planner.inputs_from_spec(spec)
+        if args.objective == "cost" and not all(p.price_per_gpu is not None for p in pools):
+            raise GpuValuesError("--objective cost needs pricePerGpuHour on every node pool")
+        progress(args, f"planning {len(demands)} models on {sum(p.capacity for p in pools)} GPUs")
+        result = planner.plan(demands, pools, objective=args.objective or "gpus",
+                              baselines=not args.no_baselines, time_limit=args.time_limit)
+        pictures = planner.layout_pictures(result)
+        if args.svg:
+            fileio.write_atomic(args.svg, mig.layouts_svg([(t, L) for t, _, L in pictures]))
+        for n in notes:
+            say(args, f"gpuvalues: note: {n}")
+        emit(args, result.to_dict(),
+             lambda d: planner.plan_table(d, [(t, pic) for t, pic, _ in pictures]))
+        return 0
+
+    p = sub.add_parser("plan", help="optimal MIG / sharing plan: fewest GPUs, layouts, mig-parted and "
+                                    "device-plugin configs, LP bound and baselines")
+    p.add_argument("spec", help="spec file (`-` for stdin)")
+    p.add_argument("--objective", choices=("gpus", "cost"), default=None,
+                   help="fewest GPUs (default) or lowest cost (needs pricePerGpuHour on every pool)")
+    p.add_argument("--svg", metavar="FILE", help="also write an SVG picture of each distinct GPU layout")
+    p.add_argument("--no-baselines", action="store_true", help="skip the whole-GPU/all-balanced/all-1g baselines")
+    p.add_argument("--time-limit", type=float, default=30.0, help="solver time limit in seconds (default 30)")
+    p.set_defaults(func=cmd_plan)
     # --- end plan ---
     # --- topo, fit (topology, inventory, fit check) ---
+    def _read_text(path: str) -> str:
+        return sys.stdin.read() if path == "-" else Path(path).read_text()
+
+    def cmd_topo(args: argparse.Namespace) -> int:
+        from gpuvalues import topology
+
+        topo = topology.parse_topo_matrix(_read_text(args.file), source=args.file)
+        emit(args, topology.topology_report(topo, best=args.best, available=args.available, prefix=args.prefix,
+                                            key=args.key, count_nvswitch_links=args.count_nvswitch_links),
+             topology.topology_table)
+        return 0
+
+    def _inventory(args: argparse.Namespace):
+        from gpuvalues import inventory
+
+        return inventory.inventory_from_sources(inventory=args.inventory, kubeconfig=args.kubeconfig,
+                                                context=args.context, nvidia_smi=args.nvidia_smi or (),
+                                                label_selector=args.selector)
+
+    def cmd_inventory(args: argparse.Namespace) -> int:
+        import yaml
+
+        from gpuvalues import fileio, inventory
+
+        data = _inventory(args).to_dict()
+        if args.out:
+            fileio.write_atomic(args.out, yaml.safe_dump(data, sort_keys=False))
+            say(args, f"wrote {args.out} ({len(data['nodes'])} nodes)")
+        else:
+            emit(args, data, inventory.inventory_table)
+        return 0
+
+    def cmd_fit(args: argparse.Namespace) -> int:
+        import yaml
+
+        from gpuvalues import fit
+
+        inv = _inventory(args)
+        if bool(args.manifests) == bool(args.values):
+            raise GpuValuesError("give rendered manifests (--manifests FILE) or a values file (--values FILE)")
+        if args.manifests:
+            report = fit.fit(fit.load_manifests(_read_text(args.manifests), args.manifests), inv)
+        else:
+            progress(args, f"rendering {args.values} with helm")
+            values = yaml.safe_load(_read_text(args.values)) or {}
+            report = fit.fit_values(values, inv, helm=args.helm,
+                                    kube_version=args.kube_version or render.DEFAULT_KUBE_VERSION)
+        emit(args, report.to_dict(), fit.report_table)
+        return 0 if report.fits else 1
+
+    def _inventory_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--inventory", metavar="FILE",
+                       help="inventory file (schemas/inventory.schema.json) or `kubectl get nodes -o json` output")
+        p.add_argument("--kubeconfig", metavar="PATH", help="read the nodes of a live cluster")
+        p.add_argument("--context", help="kubeconfig context (live cluster)")
+        p.add_argument("--selector", metavar="LABELS", help="label selector for live nodes, e.g. nvidia.com/gpu.present=true")
+        p.add_argument("--nvidia-smi", action="append", metavar="NODE=QUERY.csv[:TOPO.txt]",
+                       help="per node: `nvidia-smi --query-gpu=index,name,memory.total,mig.mode.current "
+                            "--format=csv` output, optionally `nvidia-smi topo -m` output; repeatable")
+
+    p = sub.add_parser("topo", help="parse `nvidia-smi topo -m`: NVLink cliques, node labels, best GPU set")
+    p.add_argument("file", metavar="TOPO", help="saved `nvidia-smi topo -m` output ('-' for stdin)")
+    p.add_argument("--best", type=int, metavar="N", help="GPUs the device plugin would give a pod asking for N")
+    p.add_argument("--available", type=lambda s: [int(x) for x in s.split(",") if x], metavar="0,1,...",
+                   help="GPU indices still free (default: all)")
+    p.add_argument("--count-nvswitch-links", action="store_true",
+                   help="score NVSwitch-attached NVLinks as direct links (the device plugin scores them 0)")
+    p.add_argument("--prefix", default="topology.gpu-inference.io/", help="prefix of the fact labels")
+    p.add_argument("--key", default="nvidia.com/gpu.topology", help="key of the NV<k>/PCIe topology label")
+    p.set_defaults(func=cmd_topo)
+
+    p = sub.add_parser("inventory", help="build a cluster inventory (kubectl JSON, live cluster or nvidia-smi)")
+    _inventory_options(p)
+    p.add_argument("-o", "--out", metavar="FILE", help="write the inventory YAML here (atomically)")
+    p.set_defaults(func=cmd_inventory)
+
+    p = sub.add_parser(
+        "fit", help="check that min and max replicas fit the cluster (scheduler filters, no scoring)",
+        description="Replay kube-scheduler's filters (unschedulable, taints, node affinity/selector, resources: "
+                    "extended resources are integers never overcommitted, required pod anti-affinity) for every "
+                    "GPU workload at its min and max replicas; first fit in node-name order. Not modelled: "
+                    "scoring, preemption, DRA allocation, required pod affinity and topology spread, pods already "
+                    "on the nodes. Exit 0 when both fit, 1 when not, 2 on bad input.")
+    p.add_argument("--manifests", metavar="FILE", help="rendered manifests ('-' for stdin)")
+    p.add_argument("--values", metavar="FILE", help="values file, rendered through helm first")
+    p.add_argument("--helm", help="helm binary for --values (default: $GPUVALUES_HELM, .tools/bin, PATH)")
+    p.add_argument("--kube-version", help=f"Kubernetes version for --values (default {render.DEFAULT_KUBE_VERSION})")
+    _inventory_options(p)
+    p.set_defaults(func=cmd_fit)
     # --- end topo, fit ---
     # --- simulate (capacity model, HPA simulator) ---
+    def cmd_simulate(args: argparse.Namespace) -> int:
+        from gpuvalues import simulate
+
+        trace = simulate.load_trace(args.trace)
+        behaviors = simulate.load_behaviors(args.behavior, args.startup_s) if args.behavior else None
+        progress(args, f"replaying {args.trace} ({len(trace.times_s)} points)")
+        report = simulate.plan_and_simulate(
+            trace, replica_rps=args.replica_rps, gpus_per_replica=args.gpus_per_replica,
+            gpu_mode=args.gpu_mode, server_type=args.server, min_replicas=args.min_replicas,
+            max_replicas=args.max_replicas, metrics=args.metrics, behaviors=behaviors,
+            startup_s=args.startup_s, metric_lag_s=args.metric_lag_s, sync_s=args.sync_s,
+            queue_wait_slo_s=args.queue_wait_slo_s, request_latency_s=args.request_latency_s,
+            inventory_gpus=args.inventory_gpus)
+        if args.plot:
+            simulate.plot(report.results, args.plot, metric_label=report.config.metrics[0].kind)
+            say(args, f"wrote {args.plot}")
+        emit(args, report.as_dict(series=args.series), simulate.report_table)
+        return 0
+
+    p = sub.add_parser("simulate", help="replay a load trace through the capacity model and the HPA")
+    p.add_argument("trace", metavar="TRACE", help="CSV time_s,requests_per_s, or a built-in: diurnal, spike")
+    p.add_argument("--replica-rps", type=float, required=True,
+                   help="requests/s one replica serves within the latency SLO (measured goodput)")
+    p.add_argument("--gpus-per-replica", type=float, default=1)
+    p.add_argument("--gpu-mode", default="whole", choices=("whole", "mig", "shared", "dra"))
+    p.add_argument("--server", default="vllm", choices=("vllm", "triton", "custom"))
+    p.add_argument("--min-replicas", type=int, help="default: from the capacity plan")
+    p.add_argument("--max-replicas", type=int, help="default: from the capacity plan")
+    p.add_argument("--metrics", metavar="KIND=TARGET,...",
+                   help="e.g. queue=5,running=14 or gpu_util=70 (kinds: queue, queue_time, running, "
+                        "gpu_util, gr_engine_active); default: the planned metric(s)")
+    p.add_argument("--behavior", action="append", metavar="NAME[=FILE]",
+                   help="built-in no-stabilization, legacy or recommended, or NAME=FILE with a "
+                        "spec.behavior YAML; repeatable (default: the three built-ins)")
+    p.add_argument("--startup-s", type=float, default=120.0, help="pod start-up = model load time (120)")
+    p.add_argument("--metric-lag-s", type=float, default=30.0, help="metric pipeline delay (30)")
+    p.add_argument("--sync-s", type=float, default=15.0, help="HPA sync period (15)")
+    p.add_argument("--queue-wait-slo-s", type=float, default=1.0, help="queueing delay SLO (1.0)")
+    p.add_argument("--request-latency-s", type=float, default=2.0, help="mean request latency at the SLO (2.0)")
+    p.add_argument("--inventory-gpus", type=float, help="warn when maxReplicas x GPUs exceeds this")
+    p.add_argument("--plot", metavar="FILE.png", help="draw load, replicas and metric (needs matplotlib)")
+    p.add_argument("--series", action="store_true", help="include per-step series in yaml/json output")
+    p.set_defaults(func=cmd_simulate)
     # --- end simulate ---
     # --- values, validate, update (spec -> values) ---
+    p = sub.add_parser("values", help="build chart values (and MIG/device-plugin configs) from a spec")
+    p.add_argument("spec", metavar="SPEC", help="spec file ('-' for stdin)")
+    p.add_argument("-o", "--out", metavar="FILE",
+                   help="write values here (a directory when the spec has several workloads)")
+    p.add_argument("--workload", help="build only this workload")
+    p.add_argument("--artifacts", metavar="DIR",
+                   help="also write mig-parted config, node labels and device-plugin config")
+    p.set_defaults(func=cmd_values)
+
+    p = sub.add_parser("validate", help="run every check (schema, semantic) without rendering")
+    p.add_argument("spec", nargs="?", metavar="SPEC", help="spec file ('-' for stdin)")
+    p.add_argument("--values", metavar="FILE", help="check a values file (with SPEC: its context)")
+    p.add_argument("--kube-version", help="target Kubernetes version (DRA needs 1.34+)")
+    p.add_argument("--strict", action="store_true", help="warnings count as findings (exit 1)")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("update", help="change a values.yaml in place, keeping comments and order")
+    p.add_argument("file", metavar="VALUES", help="values file to edit in place")
+    p.add_argument("--set", action="append", metavar="PATH=VALUE",
+                   help="a.b[0].c=value (value read as Helm reads plain YAML); repeatable")
+    p.add_argument("--string", action="store_true", help="take every value as a string")
+    p.add_argument("--no-validate", action="store_true",
+                   help="skip schema and semantic checks (YAML typing is still checked)")
+    p.set_defaults(func=cmd_update)
     # --- end values, validate, update ---
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 clean, 1 findings, 2 bad input or usage)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    for name, subparser in _subparsers(parser).items():
+        if "--output" not in subparser._option_string_actions:
+            add_common_options(subparser)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:          # argparse: usage errors exit 2, --help/--version 0
+        return exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "func", None):
-        parser.print_help()
+        parser.print_help(sys.stderr)
         return 2
+    args._started = time.monotonic()
     try:
         return args.func(args)
     except GpuValuesError as exc:
         if args.debug:
-            raise
-        print(f"gpuvalues: error: {exc}", file=sys.stderr)
+            traceback.print_exc()
+        lines = exc.lines() if hasattr(exc, "lines") else [str(exc)]
+        for line in lines:
+            print(f"gpuvalues: error: {line}", file=sys.stderr)
         return 2
+    except OSError as exc:             # unwritable output, full disk: the user's to fix
+        if args.debug:
+            traceback.print_exc()
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"gpuvalues: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("gpuvalues: interrupted", file=sys.stderr)
+        return 130
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -62,3 +63,66 @@ def validate_manifests(objects: list[dict], kube_version: str = DEFAULT_KUBE_VER
         except kubernetes_validate.ValidationError as exc:
             path = ".".join(str(p) for p in exc.path)
             raise RenderError(f"{name}: {path}: {exc.message} (Kubernetes {minor})") from None
+
+
+def split_documents(text: str) -> list[tuple[dict, str]]:
+    """Split a rendered stream into (object, its original text), dropping empty documents.
+
+    The text keeps helm's `# Source:` comment, so a file written per object still says
+    which template produced it.
+    """
+    out = []
+    for chunk in re.split(r"(?m)^---[ \t]*$\n?", text):
+        if not chunk.strip():
+            continue
+        obj = yaml.safe_load(chunk)
+        if obj:
+            out.append((obj, chunk if chunk.endswith("\n") else chunk + "\n"))
+    return out
+
+
+def object_file_name(obj: dict) -> str:
+    """`<kind>-<name>.yaml`, lower case, safe for any file system."""
+    kind = str(obj.get("kind", "object")).lower()
+    name = str((obj.get("metadata") or {}).get("name", "unnamed"))
+    return re.sub(r"[^a-z0-9._-]+", "-", f"{kind}-{name}".lower()) + ".yaml"
+
+
+def write_manifests(text: str, out_dir: str | os.PathLike) -> list[Path]:
+    """Write each rendered object to its own file in `out_dir` (created if missing).
+
+    Every file is written atomically (temp file, then rename); names are
+    `<kind>-<name>.yaml`, with `-2`, `-3`... when two objects share one. Returns the
+    paths in stream order.
+    """
+    from gpuvalues.fileio import write_atomic
+
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise RenderError(f"{out} exists and is not a directory; -o takes a directory")
+    docs = split_documents(text)
+    out.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+    used: set[str] = set()
+    for obj, chunk in docs:
+        name = object_file_name(obj)
+        stem, n = name[:-5], 2
+        while name in used:
+            name, n = f"{stem}-{n}.yaml", n + 1
+        used.add(name)
+        path = out / name
+        write_atomic(path, "---\n" + chunk)
+        paths.append(path)
+    return paths
+
+
+def render_values(values: dict, *, helm: str | None = None,
+                  kube_version: str = DEFAULT_KUBE_VERSION, **kw) -> tuple[str, list[dict]]:
+    """helm template `values`, then validate every object for `kube_version`.
+
+    Returns the YAML stream and the parsed objects; raises RenderError on failure.
+    """
+    text = helm_template(values, helm=helm, kube_version=kube_version, **kw)
+    objects = parse_manifests(text)
+    validate_manifests(objects, kube_version)
+    return text, objects

@@ -1,0 +1,288 @@
+"""The spec: one short file describing a GPU cluster and the models to serve.
+
+`load_spec(path)` reads it as Helm would read YAML (gpuvalues.yamlio), validates it
+against schemas/spec.schema.json (every error, with positions) and cross-field rules
+the schema cannot express, and returns frozen dataclasses with defaults filled in.
+Any problem raises a `SpecError` (a `ValidationFailed` carrying every finding).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from gpuvalues import yamlio
+from gpuvalues.errors import SpecError
+from gpuvalues.validate import (SPEC_SCHEMA, Finding, ValidationFailed, check_schema, finding,
+                                yaml_findings)
+
+SHARING_MODES = ("auto", "whole", "mig", "time-slicing", "mps", "dra")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A pool's GPU interconnect: an `nvidia-smi topo -m` file or a topology label."""
+
+    file: Path | None = None
+    label: str | None = None
+
+
+@dataclass(frozen=True)
+class NodePool:
+    name: str
+    gpu: str
+    gpus_per_node: int
+    nodes: int
+    mig: bool = False
+    topology: Topology | None = None
+    price_per_gpu_hour: float | None = None
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """How replicas get GPUs. `mode` is one of SHARING_MODES (`auto`: the planner picks)."""
+
+    mode: str = "auto"
+    replicas_per_gpu: int | None = None
+    mig_profile: str | None = None
+    mig_strategy: str = "mixed"
+
+
+@dataclass(frozen=True)
+class Slo:
+    latency_ms: float | None = None
+    percentile: float = 95.0
+
+
+@dataclass(frozen=True)
+class Load:
+    """Request rates (requests/s) at the daily base and at peak."""
+
+    peak: float
+    base: float | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    model: str
+    server: str = "vllm"
+    image: str | None = None
+    gpus: int | None = None
+    memory_gb: float | None = None
+    tensor_parallel: int = 1
+    throughput_per_replica: float | None = None
+    slo: Slo = field(default_factory=Slo)
+    load: Load | None = None
+    node_pool: str | None = None
+    sharing: Sharing | None = None          # None: the spec-wide sharing applies
+    model_load_timeout_seconds: int | None = None
+    model_pvc: str | None = None            # existing claim with the weights/repository
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """Whole GPUs one replica needs when it gets whole GPUs (>= tensorParallel)."""
+        return max(self.gpus or 1, self.tensor_parallel)
+
+
+@dataclass(frozen=True)
+class Autoscaling:
+    engine: str = "hpa"
+    metric: str = "choose"
+    target: str | None = None
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    prometheus_address: str | None = None
+
+
+@dataclass(frozen=True)
+class Platform:
+    gpu_operator: bool = False
+    device_plugin: bool = True
+    gpu_feature_discovery: bool = False
+    dcgm_exporter: bool = True
+    prometheus_adapter: bool = True
+    alerts: bool = True
+    service_monitor: bool = False
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A validated spec. `loaded` keeps the source text and positions for messages."""
+
+    node_pools: tuple[NodePool, ...]
+    workloads: tuple[Workload, ...]
+    sharing: Sharing = field(default_factory=Sharing)
+    autoscaling: Autoscaling = field(default_factory=Autoscaling)
+    platform: Platform = field(default_factory=Platform)
+    kubernetes_version: str = "1.34.0"
+    loaded: yamlio.Loaded | None = field(default=None, compare=False, repr=False)
+    warnings: tuple[Finding, ...] = ()
+
+    def pool(self, name: str) -> NodePool:
+        for p in self.node_pools:
+            if p.name == name:
+                return p
+        raise SpecError(f"no node pool named {name!r}")
+
+    def workload(self, name: str) -> Workload:
+        for w in self.workloads:
+            if w.name == name:
+                return w
+        known = ", ".join(w.name for w in self.workloads)
+        raise SpecError(f"no workload named {name!r}; the spec has: {known}")
+
+    def sharing_for(self, workload: Workload) -> Sharing:
+        return workload.sharing or self.sharing
+
+    def pools_for(self, workload: Workload) -> tuple[NodePool, ...]:
+        """The pools a workload may run on: its nodePool, else all."""
+        if workload.node_pool:
+            return (self.pool(workload.node_pool),)
+        return self.node_pools
+
+    @property
+    def kube_minor(self) -> int:
+        return int(self.kubernetes_version.lstrip("v").split(".")[1])
+
+    def position(self, *path: Any) -> tuple[str, int | None, int | None]:
+        """(source, line, column) of a spec path, for messages."""
+        if self.loaded is None:
+            return ("<spec>", None, None)
+        line, col = self.loaded.position(path)
+        return (self.loaded.source, line, col)
+
+
+def _sharing(raw: Any) -> Sharing | None:
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        return Sharing(mode=raw)
+    return Sharing(mode=raw["mode"], replicas_per_gpu=raw.get("replicasPerGpu"),
+                   mig_profile=raw.get("migProfile"), mig_strategy=raw.get("migStrategy", "mixed"))
+
+
+def _kube_version(text: str) -> str:
+    parts = text.lstrip("v").split(".")
+    return ".".join(parts + ["0"] * (3 - len(parts)))
+
+
+def from_data(data: dict, *, base_dir: Path = Path("."), loaded: yamlio.Loaded | None = None
+              ) -> Spec:
+    """Dataclasses from schema-valid spec data (no validation here; see load_spec)."""
+    pools = []
+    for p in data["cluster"]["nodePools"]:
+        topo = None
+        if "topology" in p:
+            t = p["topology"]
+            topo = Topology(file=(base_dir / t["file"]) if "file" in t else None,
+                            label=t.get("label"))
+        pools.append(NodePool(p["name"], p["gpu"], p["gpusPerNode"], p["nodes"],
+                              bool(p.get("mig", False)), topo, p.get("pricePerGpuHour")))
+    workloads = []
+    for w in data["workloads"]:
+        slo = w.get("slo", {})
+        load = w.get("load")
+        workloads.append(Workload(
+            name=w["name"], model=w["model"], server=w.get("server", "vllm"),
+            image=w.get("image"), gpus=w.get("gpus"), memory_gb=w.get("memoryGB"),
+            tensor_parallel=w.get("tensorParallel", 1),
+            throughput_per_replica=w.get("throughputPerReplica"),
+            slo=Slo(slo.get("latencyMs"), slo.get("percentile", 95.0)),
+            load=Load(load["peak"], load.get("base")) if load else None,
+            node_pool=w.get("nodePool"), sharing=_sharing(w.get("sharing")),
+            model_load_timeout_seconds=w.get("modelLoadTimeoutSeconds"),
+            model_pvc=w.get("modelPvc")))
+    a = data.get("autoscaling", {})
+    pl = data.get("platform", {})
+    return Spec(
+        node_pools=tuple(pools), workloads=tuple(workloads),
+        sharing=_sharing(data.get("sharing")) or Sharing(),
+        autoscaling=Autoscaling(a.get("engine", "hpa"), a.get("metric", "choose"),
+                                a.get("target"), a.get("minReplicas"), a.get("maxReplicas"),
+                                a.get("prometheusAddress")),
+        platform=Platform(pl.get("gpuOperator", False), pl.get("devicePlugin", True),
+                          pl.get("gpuFeatureDiscovery", False), pl.get("dcgmExporter", True),
+                          pl.get("prometheusAdapter", True), pl.get("alerts", True),
+                          pl.get("serviceMonitor", False)),
+        kubernetes_version=_kube_version(data.get("kubernetesVersion", "1.34.0")),
+        loaded=loaded)
+
+
+def cross_field_findings(data: dict, loaded: yamlio.Loaded) -> list[Finding]:
+    """Spec rules across fields that need no GPU knowledge (names, references, ranges)."""
+    out: list[Finding] = []
+    pools = data["cluster"]["nodePools"]
+    seen: dict[str, int] = {}
+    for i, p in enumerate(pools):
+        if p["name"] in seen:
+            out.append(finding("GV000", f"duplicate node pool name {p['name']!r} (also at "
+                               f"cluster.nodePools[{seen[p['name']]}])",
+                               f"cluster.nodePools[{i}].name", loaded=loaded,
+                               at=("cluster", "nodePools", i, "name"), hint="rename one pool"))
+        seen.setdefault(p["name"], i)
+    names = {p["name"] for p in pools}
+    wseen: dict[str, int] = {}
+    for i, w in enumerate(data["workloads"]):
+        at = ("workloads", i)
+        if w["name"] in wseen:
+            out.append(finding("GV000", f"duplicate workload name {w['name']!r}",
+                               f"workloads[{i}].name", loaded=loaded, at=at + ("name",),
+                               hint="rename one workload"))
+        wseen.setdefault(w["name"], i)
+        if "nodePool" in w and w["nodePool"] not in names:
+            out.append(finding("GV000", f"no node pool named {w['nodePool']!r}; pools: "
+                               f"{', '.join(sorted(names))}", f"workloads[{i}].nodePool",
+                               loaded=loaded, at=at + ("nodePool",), hint="use a pool name"))
+        if "gpus" in w and w.get("tensorParallel", 1) > w["gpus"]:
+            out.append(finding("GV000", f"tensorParallel {w['tensorParallel']} needs at least "
+                               f"that many GPUs, gpus is {w['gpus']}", f"workloads[{i}].gpus",
+                               loaded=loaded, at=at + ("gpus",),
+                               hint="set gpus >= tensorParallel"))
+        load = w.get("load") or {}
+        if "base" in load and load["base"] > load["peak"]:
+            out.append(finding("GV000", f"base load {load['base']} exceeds peak {load['peak']}",
+                               f"workloads[{i}].load.base", loaded=loaded,
+                               at=at + ("load", "base"), hint="base <= peak"))
+    a = data.get("autoscaling", {})
+    if "minReplicas" in a and "maxReplicas" in a and a["minReplicas"] > a["maxReplicas"]:
+        out.append(finding("GV011", f"minReplicas {a['minReplicas']} > maxReplicas "
+                           f"{a['maxReplicas']}", "autoscaling.minReplicas", loaded=loaded,
+                           at=("autoscaling", "minReplicas")))
+    return out
+
+
+def check_spec(loaded: yamlio.Loaded) -> list[Finding]:
+    """Schema and cross-field findings (errors and GV010 warnings) for a loaded spec."""
+    yamlio.expect_mapping(loaded, "spec")
+    found = check_schema(loaded, SPEC_SCHEMA)
+    if not found:
+        found = cross_field_findings(loaded.data, loaded)
+    return sorted(found + yaml_findings(loaded), key=Finding.sort_key)
+
+
+def parse_spec(loaded: yamlio.Loaded, base_dir: Path | None = None) -> Spec:
+    """Validate a loaded spec and build the dataclasses; ValidationFailed on errors."""
+    findings = check_spec(loaded)
+    errors = [f for f in findings if f.severity == "error"]
+    if errors:
+        raise ValidationFailed(errors)
+    if base_dir is None:
+        base_dir = Path(loaded.source).parent if loaded.source not in ("<stdin>", "<string>") \
+            else Path(".")
+    spec = from_data(loaded.data, base_dir=base_dir, loaded=loaded)
+    return replace(spec, warnings=tuple(f for f in findings if f.severity == "warning"))
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read (`-` for stdin), validate and parse a spec file."""
+    return parse_spec(yamlio.load_yaml(path))
+
+
+def spec_from_text(text: str, source: str = "<string>", base_dir: Path = Path(".")) -> Spec:
+    """Parse and validate spec YAML text (tests, the built-in example)."""
+    return parse_spec(yamlio.load_text(text, source), base_dir)

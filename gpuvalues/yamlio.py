@@ -1,0 +1,478 @@
+"""Read YAML the way Helm reads it, and remember where every value sits.
+
+Helm parses values with go-yaml v2 (YAML 1.1 rules) through sigs.k8s.io/yaml, so
+`yes`/`on`/`y` are booleans, `0755` is octal 493, `1e3` is a number and dates stay
+strings. Tools that read YAML 1.2 (ruamel.yaml, yq v4) see some of these differently.
+`load_yaml` parses with PyYAML's YAML 1.1 grammar, resolves every plain scalar with the
+rules go-yaml v2 applies (checked against the real Helm 4.1.4 and 3.17.2 in
+tests/chart/test_yaml_typing.py), and takes line/column information from ruamel.yaml's
+round-trip reader. Where ruamel's YAML 1.2 reading would give a different value, it
+records a warning with the line, so a user editing the file with a YAML 1.2 tool is not
+surprised.
+
+Every failure (unreadable, non-UTF-8, binary, truncated, empty, several documents,
+duplicate keys, a number Helm cannot represent) is a `SpecError` with file, line and
+column.
+"""
+from __future__ import annotations
+
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+from gpuvalues.errors import SpecError
+
+Path_ = tuple  # a path into the data: keys (str) and list indices (int)
+
+STDIN = "-"
+
+# go-yaml v2 resolve.go: the plain scalars it looks up in a table before trying numbers.
+_BOOL_NULL = {
+    **{s: True for s in ("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON")},
+    **{s: False for s in ("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off",
+                          "OFF")},
+}
+_NULLS = {"", "~", "null", "Null", "NULL"}
+_NON_FINITE = {".nan", ".NaN", ".NAN", ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF",
+               "-.inf", "-.Inf", "-.INF"}
+# go-yaml v2 yamlStyleFloat
+_YAML_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
+# Go strconv.ParseInt(s, 0, 64) syntax after go-yaml strips underscores.
+_GO_INT = re.compile(r"^[-+]?(0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0[0-7]*|[1-9][0-9]*)$")
+_INT64 = (-(2 ** 63), 2 ** 64 - 1)   # ParseInt, then ParseUint
+_PLAIN_TAG = "tag:gpuvalues:plain"
+
+
+class NotRepresentable(Exception):
+    """A plain scalar Helm cannot turn into JSON (.inf, .nan)."""
+
+
+def helm_scalar(text: str) -> Any:
+    """The value Helm gives a plain (unquoted, untagged) YAML scalar `text`.
+
+    Numbers come back as int when integral within int64 (Helm itself stores every
+    number as float64), else float. Raises NotRepresentable for infinities and NaN,
+    which Helm rejects ("json: unsupported value").
+    """
+    if text in _BOOL_NULL:
+        return _BOOL_NULL[text]
+    if text in _NULLS:
+        return None
+    if text in _NON_FINITE:
+        raise NotRepresentable(text)
+    if not text or not (text[0].isdigit() or text[0] in "+-."):
+        return text
+    if text[0] != ".":
+        plain = text.replace("_", "")
+        if _GO_INT.match(plain):
+            sign = -1 if plain.startswith("-") else 1
+            digits = plain.lstrip("+-")
+            low = digits.lower()
+            if low.startswith(("0x", "0o", "0b")):
+                value = int(digits[2:], {"x": 16, "o": 8, "b": 2}[low[1]])
+            elif len(digits) > 1 and digits.startswith("0"):
+                value = int(digits, 8)
+            else:
+                value = int(digits)
+            value *= sign
+            if _INT64[0] <= value <= _INT64[1]:
+                return value
+        if _YAML_FLOAT.match(plain):
+            value = float(plain)
+            if math.isinf(value):    # ParseFloat's range error: go-yaml keeps the string
+                return text
+            return int(value) if value.is_integer() and abs(value) < 2 ** 53 and \
+                not re.search(r"[.eE]", plain) else value
+        return text
+    if _YAML_FLOAT.match(text):
+        return float(text)
+    return text
+
+
+def helm_key(key: Any) -> str:
+    """Map keys become strings in Helm (sigs.k8s.io/yaml): `on:` is the key "true"."""
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if key is None:
+        return "null"
+    if isinstance(key, float) and key.is_integer():
+        return str(int(key))
+    return str(key)
+
+
+class _HelmMixin:
+    """PyYAML's YAML 1.1 parser with go-yaml v2 scalar resolution (see helm_scalar)."""
+
+    def resolve(self, kind, value, implicit):  # noqa: D401 - PyYAML hook
+        if kind is yaml.ScalarNode and implicit[0]:
+            return _PLAIN_TAG
+        return yaml.resolver.Resolver.resolve(self, kind, value, implicit)
+
+    def construct_plain(self, node):
+        try:
+            return helm_scalar(node.value)
+        except NotRepresentable:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value} is not a number Helm can use (it cannot turn "
+                "infinity or NaN into JSON); write a finite number or quote it",
+                node.start_mark) from None
+
+    def construct_mapping(self, node, deep=False):
+        mapping = yaml.constructor.SafeConstructor.construct_mapping(self, node, deep=deep)
+        return {helm_key(k): v for k, v in mapping.items()}
+
+    def construct_yaml_timestamp(self, node):  # explicit !!timestamp: keep the text
+        return node.value
+
+
+class _HelmLoader(_HelmMixin, yaml.SafeLoader):
+    """Pure-Python reader: its error messages and marks are the ones users see."""
+
+
+_LOADERS = [_HelmLoader]
+if getattr(yaml, "__with_libyaml__", False):
+    class _HelmCLoader(_HelmMixin, yaml.CSafeLoader):
+        """libyaml-backed reader, several times faster; same resolution rules."""
+
+    _LOADERS.insert(0, _HelmCLoader)
+
+for _loader in _LOADERS:
+    _loader.add_constructor(_PLAIN_TAG, _HelmMixin.construct_plain)
+    _loader.add_constructor("tag:yaml.org,2002:timestamp", _HelmMixin.construct_yaml_timestamp)
+
+
+def _load_all(text: str) -> list:
+    """Every document of `text` as Helm reads it. The fast libyaml reader first; on any
+    error the pure-Python reader parses again, so messages and positions are PyYAML's."""
+    if len(_LOADERS) > 1:
+        try:
+            return list(yaml.load_all(text, Loader=_LOADERS[0]))
+        except yaml.YAMLError:
+            pass
+    return list(yaml.load_all(text, Loader=_HelmLoader))
+
+
+def helm_data(text: str, source: str = "<string>") -> Any:
+    """Just the data, as Helm reads it (no positions, no YAML 1.2 comparison): for
+    files gpuvalues itself ships, such as the chart's values.yaml."""
+    try:
+        docs = _load_all(text)
+    except yaml.YAMLError as exc:
+        raise _yaml_error(exc, text, source) from None
+    return docs[0] if docs else None
+
+
+@dataclass(frozen=True)
+class YamlWarning:
+    """A value that a YAML 1.2 reader (ruamel.yaml, yq v4) would read differently."""
+
+    source: str
+    line: int
+    column: int
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.line}:{self.column}: {self.path}: warning: {self.message}"
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A parsed YAML document: Helm's view of the data plus where each path is.
+
+    `positions` maps a path (tuple of keys and indices) to the 1-based (line, column)
+    of its value; `key_positions` to the position of its key (for mapping entries).
+    """
+
+    data: Any
+    source: str
+    text: str
+    positions: dict = field(repr=False)
+    key_positions: dict = field(repr=False)
+    warnings: tuple = ()
+
+    def position(self, path: Path_, *, key: bool = False) -> tuple[int, int]:
+        """Position of `path`, or of its nearest ancestor that has one (1-based)."""
+        path = tuple(path)
+        while True:
+            table = self.key_positions if key and path in self.key_positions else self.positions
+            if path in table:
+                return table[path]
+            if not path:
+                return (1, 1)
+            path = path[:-1]
+
+
+def format_path(path: Path_) -> str:
+    """`a.b[2].c` for ("a", "b", 2, "c"); `(root)` for the empty path."""
+    out = ""
+    for p in path:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            out += ("." if out else "") + str(p)
+    return out or "(root)"
+
+
+def _line_col(text: str, index: int) -> tuple[int, int]:
+    line = text.count("\n", 0, index) + 1
+    col = index - (text.rfind("\n", 0, index) + 1) + 1
+    return line, col
+
+
+def read_source(path: str | Path) -> tuple[bytes, str]:
+    """Read a file (or stdin for `-`); returns (bytes, display name)."""
+    if str(path) == STDIN:
+        return sys.stdin.buffer.read(), "<stdin>"
+    p = Path(path)
+    try:
+        return p.read_bytes(), str(path)
+    except FileNotFoundError:
+        raise SpecError("file not found", source=str(path)) from None
+    except IsADirectoryError:
+        raise SpecError("is a directory, expected a YAML file", source=str(path)) from None
+    except OSError as exc:
+        raise SpecError(f"cannot read: {exc.strerror}", source=str(path)) from None
+
+
+def decode(data: bytes, source: str) -> str:
+    """UTF-8 (with or without BOM) text, or a SpecError at the first bad byte."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        good = data[:exc.start].decode("utf-8")
+        line, col = _line_col(good, len(good))
+        raise SpecError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                        f"{exc.start}); save the file as UTF-8",
+                        source=source, line=line, column=col) from None
+    bad = next((i for i, ch in enumerate(text) if ch == "\x00"), None)
+    if bad is not None:
+        line, col = _line_col(text, bad)
+        raise SpecError("binary data (NUL byte), expected YAML text",
+                        source=source, line=line, column=col)
+    return text
+
+
+def _yaml_error(exc: yaml.YAMLError, text: str, source: str) -> SpecError:
+    if isinstance(exc, yaml.reader.ReaderError):
+        line, col = _line_col(text, exc.position)
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        return SpecError(f"unacceptable character #x{char:04x} (binary data?), expected YAML "
+                         "text", source=source, line=line, column=col)
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        problem = exc.problem or exc.context or "invalid YAML"
+        if exc.context and exc.problem and "construct" not in exc.context:
+            problem = f"{exc.problem} ({exc.context})"
+        msg = f"invalid YAML: {problem}"
+        if mark is not None and mark.index >= len(text.rstrip()):
+            msg += " (the file ends early: truncated?)"
+        return SpecError(msg, source=source,
+                         line=mark.line + 1 if mark else None,
+                         column=mark.column + 1 if mark else None)
+    return SpecError(f"invalid YAML: {exc}", source=source, line=1, column=1)
+
+
+def _walk_ruamel(node: Any, path: tuple, pos: dict, key_pos: dict, rt: dict,
+                 renamed: list | None = None) -> None:
+    """Record positions (1-based) and ruamel's YAML 1.2 values for each path, and keys
+    Helm renames (`on:` is the key "true" for Helm) in `renamed`."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    if isinstance(node, CommentedMap):
+        for k in node:
+            try:
+                kp = helm_scalar(k) if isinstance(k, str) else k
+            except NotRepresentable:
+                kp = k
+            sub = path + (helm_key(kp),)
+            try:
+                kl, kc = node.lc.key(k)
+                vl, vc = node.lc.value(k)
+            except (KeyError, TypeError, AttributeError):
+                continue                 # merged (<<) keys have no position of their own
+            key_pos[sub] = (kl + 1, kc + 1)
+            pos[sub] = (vl + 1, vc + 1) if vl is not None else (kl + 1, kc + 1)
+            if renamed is not None and isinstance(k, str) and sub[-1] != k:
+                renamed.append((sub, k))
+            _walk_ruamel(node[k], sub, pos, key_pos, rt, renamed)
+    elif isinstance(node, CommentedSeq):
+        for i, item in enumerate(node):
+            try:
+                il, ic = node.lc.item(i)
+                pos[path + (i,)] = (il + 1, ic + 1)
+            except (KeyError, TypeError, AttributeError):
+                pass
+            _walk_ruamel(item, path + (i,), pos, key_pos, rt, renamed)
+    else:
+        rt[path] = node
+
+
+def _plain(value: Any) -> Any:
+    """ruamel's scalar subclasses as plain Python values, for comparison."""
+    from ruamel.yaml.scalarbool import ScalarBoolean
+
+    if isinstance(value, ScalarBoolean):
+        return bool(value)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if value is None:
+        return None
+    return str(value)     # dates and tagged scalars: compare by text
+
+
+def _iter_scalars(data: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield from _iter_scalars(v, path + (k,))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            yield from _iter_scalars(v, path + (i,))
+    else:
+        yield path, data
+
+
+def _same(helm: Any, rt: Any) -> bool:
+    if isinstance(helm, bool) or isinstance(rt, bool):
+        return type(helm) is type(rt) and helm == rt
+    if isinstance(helm, (int, float)) and isinstance(rt, (int, float)):
+        return helm == rt
+    return type(helm) is type(rt) and helm == rt
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, str):
+        return f"the string {v!r}"
+    return repr(v)
+
+
+def load_text(text: str, source: str = "<string>", *, allow_empty: bool = False) -> Loaded:
+    """Parse YAML `text` (one document) as Helm would; see the module docstring."""
+    if not text.strip() or all(not l.strip() or l.lstrip().startswith("#")
+                               for l in text.splitlines()):
+        if allow_empty:
+            return Loaded({}, source, text, {(): (1, 1)}, {}, ())
+        raise SpecError("file is empty, expected a YAML mapping", source=source, line=1, column=1)
+    try:
+        docs = _load_all(text)
+    except yaml.YAMLError as exc:
+        raise _yaml_error(exc, text, source) from None
+    except RecursionError:
+        raise SpecError("YAML nested too deeply", source=source, line=1, column=1) from None
+    if len(docs) > 1:
+        second = [m.start() for m in re.finditer(r"(?m)^---", text)]
+        line = _line_col(text, second[-1])[0] if second else 1
+        raise SpecError(f"{len(docs)} YAML documents in one file; expected one",
+                        source=source, line=line, column=1)
+    data = docs[0] if docs else None
+    if data is None and allow_empty:
+        data = {}
+
+    pos: dict = {(): (1, 1)}
+    key_pos: dict = {}
+    rt: dict = {}
+    renamed: list = []
+    from ruamel.yaml import YAML
+    from ruamel.yaml.constructor import DuplicateKeyError
+    from ruamel.yaml.error import MarkedYAMLError as RMarkedError, YAMLError as RYAMLError
+
+    try:
+        _walk_ruamel(YAML(typ="rt").load(text), (), pos, key_pos, rt, renamed)
+    except DuplicateKeyError as exc:
+        mark = exc.problem_mark
+        key = re.search(r'duplicate key "([^"]*)"', str(exc.problem or ""))
+        raise SpecError(f"duplicate key {key.group(1)!r}" if key else "duplicate key",
+                        source=source, line=mark.line + 1 if mark else None,
+                        column=mark.column + 1 if mark else None,
+                        field=None) from None
+    except (RMarkedError, RYAMLError, RecursionError, ValueError):
+        # ruamel rejects a few things PyYAML takes (and vice versa); the data is still
+        # Helm's view, positions fall back to PyYAML's node marks.
+        _walk_pyyaml(text, pos, key_pos)
+
+    warnings = []
+    for p, text_key in renamed:
+        line, col = key_pos.get(p, (1, 1))
+        warnings.append(YamlWarning(
+            source, line, col, format_path(p),
+            f"Helm (YAML 1.1) reads the key {text_key!r} as {p[-1]!r}; YAML 1.2 tools keep "
+            f"{text_key!r}; quote the key"))
+    for p, helm_value in _iter_scalars(data):
+        if p in rt:
+            rv = _plain(rt[p])
+            if not _same(helm_value, rv):
+                line, col = pos.get(p, (1, 1))
+                warnings.append(YamlWarning(
+                    source, line, col, format_path(p),
+                    f"Helm (YAML 1.1) reads this as {_show(helm_value)}, YAML 1.2 tools such "
+                    f"as ruamel.yaml or yq read {_show(rv)}; quote it or write it "
+                    "unambiguously"))
+    return Loaded(data, source, text, pos, key_pos, tuple(warnings))
+
+
+def _walk_pyyaml(text: str, pos: dict, key_pos: dict) -> None:
+    """Positions from PyYAML's composed node tree (fallback)."""
+    def walk(node, path):
+        pos[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                try:
+                    name = helm_key(helm_scalar(k.value)) if isinstance(k, yaml.ScalarNode) \
+                        else str(k.value)
+                except NotRepresentable:
+                    name = k.value
+                key_pos[path + (name,)] = (k.start_mark.line + 1, k.start_mark.column + 1)
+                walk(v, path + (name,))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                walk(v, path + (i,))
+    try:
+        root = yaml.compose(text, Loader=_HelmLoader)
+    except yaml.YAMLError:
+        return
+    if root is not None:
+        walk(root, ())
+
+
+def load_yaml(path: str | Path, *, allow_empty: bool = False) -> Loaded:
+    """Read and parse the YAML file at `path` (`-` reads stdin) as Helm would."""
+    data, source = read_source(path)
+    return load_text(decode(data, source), source, allow_empty=allow_empty)
+
+
+def load_mapping(path: str | Path, *, allow_empty: bool = False, what: str = "file") -> Loaded:
+    """Like load_yaml, but the document must be a mapping (specs and values files)."""
+    loaded = load_yaml(path, allow_empty=allow_empty)
+    return expect_mapping(loaded, what)
+
+
+def expect_mapping(loaded: Loaded, what: str = "file") -> Loaded:
+    """Raise a SpecError unless the top level of `loaded` is a mapping."""
+    if not isinstance(loaded.data, dict):
+        kind = {list: "a list", str: "a string", type(None): "empty"}.get(
+            type(loaded.data), type(loaded.data).__name__)
+        raise SpecError(f"the {what} must be a YAML mapping (key: value), got {kind}",
+                        source=loaded.source, line=1, column=1)
+    return loaded
+
+
+def dump(data: Any) -> str:
+    """YAML text for plain data, keys in insertion order (what `values` writes)."""
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
