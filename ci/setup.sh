@@ -49,4 +49,17 @@ if [ ! -x "$BIN/promtool" ] || [ ! -x "$BIN/prometheus" ]; then
   fi
 fi
 
+# --- begin: checkov (issue 3, chart workload policy checks) -------------------------------
+# checkov in its own venv (.tools/checkov-venv), apart from .venv: its many pinned
+# dependencies must not constrain the package's. Pinned; reinstalled only if the version
+# differs. Measured cold install (no pip cache, 2 cores): about 25 s.
+CHECKOV_VERSION=3.3.30
+if [ "$(.tools/checkov-venv/bin/checkov --version 2>/dev/null)" != "$CHECKOV_VERSION" ]; then
+  say "installing checkov $CHECKOV_VERSION into .tools/checkov-venv"
+  rm -rf .tools/checkov-venv
+  "$PY" -m venv .tools/checkov-venv
+  .tools/checkov-venv/bin/python -m pip install --quiet "checkov==$CHECKOV_VERSION"
+fi
+# --- end: checkov ---------------------------------------------------------------------------
+
 say "ready: $($BIN/helm version --short) (helm), $($BIN/helm3 version --short) (helm3), $($BIN/promtool --version 2>&1 | head -1)"

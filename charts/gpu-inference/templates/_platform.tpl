@@ -1,0 +1,289 @@
+{{/*
+GPU platform helpers (device plugin, GFD, DCGM exporter, Prometheus adapter, alerts).
+Every define here is namespaced `gpu-inference.platform.*`. Platform objects reuse the
+chart's common labels but carry their own `app.kubernetes.io/name`, so the workload's
+Service, PDB and ServiceMonitor selectors never match a platform pod.
+*/}}
+
+{{/* Object name of a platform component: <fullname>-<component>, a DNS label. Args: dict root, component. */}}
+{{- define "gpu-inference.platform.fullname" -}}
+{{- printf "%s-%s" (include "gpu-inference.fullname" .root) .component | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Selector labels of a platform component. Args: dict root, component. */}}
+{{- define "gpu-inference.platform.selectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-%s" (include "gpu-inference.name" .root) .component | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- end }}
+
+{{/* Metadata labels of a platform component: the chart's common labels with the component's name. */}}
+{{- define "gpu-inference.platform.labels" -}}
+{{- $labels := include "gpu-inference.labels" .root | fromYaml -}}
+{{- $labels = merge (include "gpu-inference.platform.selectorLabels" . | fromYaml) $labels -}}
+{{- $_ := set $labels "app.kubernetes.io/name" (get (include "gpu-inference.platform.selectorLabels" . | fromYaml) "app.kubernetes.io/name") -}}
+{{- $_ := set $labels "app.kubernetes.io/component" .component -}}
+{{- $_ := set $labels "app.kubernetes.io/part-of" (include "gpu-inference.name" .root) -}}
+{{- toYaml $labels }}
+{{- end }}
+
+{{/* "true" when the chart renders the device plugin (the GPU Operator runs its own otherwise). */}}
+{{- define "gpu-inference.platform.devicePluginEnabled" -}}
+{{- if and .Values.platform.devicePlugin.enabled (not .Values.platform.gpuOperator) }}true{{ end }}
+{{- end }}
+
+{{- define "gpu-inference.platform.gfdEnabled" -}}
+{{- if and .Values.platform.gfd.enabled (not .Values.platform.gpuOperator) }}true{{ end }}
+{{- end }}
+
+{{- define "gpu-inference.platform.dcgmExporterEnabled" -}}
+{{- if and .Values.platform.dcgmExporter.enabled (not .Values.platform.gpuOperator) }}true{{ end }}
+{{- end }}
+
+{{/* The adapter serves custom.metrics.k8s.io for the HPA; KEDA brings its own metrics server. */}}
+{{- define "gpu-inference.platform.adapterEnabled" -}}
+{{- if and .Values.platform.prometheusAdapter.enabled (ne .Values.autoscaling.engine "keda") }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the cluster serves monitoring.coreos.com/v1 (the kind, or the group/version as
+`helm template --api-versions monitoring.coreos.com/v1` passes it). Args: dict root, kind. */}}
+{{- define "gpu-inference.platform.hasMonitoringApi" -}}
+{{- $api := .root.Capabilities.APIVersions -}}
+{{- if or ($api.Has (printf "monitoring.coreos.com/v1/%s" .kind)) ($api.Has "monitoring.coreos.com/v1") }}true{{ end }}
+{{- end }}
+
+{{/* ServiceMonitor only for our own exporter, and only where the CRD is served (or forced). */}}
+{{- define "gpu-inference.platform.serviceMonitorEnabled" -}}
+{{- $sm := .Values.platform.dcgmExporter.serviceMonitor -}}
+{{- if and (include "gpu-inference.platform.dcgmExporterEnabled" .) $sm.enabled (or $sm.force (include "gpu-inference.platform.hasMonitoringApi" (dict "root" . "kind" "ServiceMonitor"))) }}true{{ end }}
+{{- end }}
+
+{{- define "gpu-inference.platform.alertsEnabled" -}}
+{{- $a := .Values.platform.alerts -}}
+{{- if and $a.enabled (or $a.force (include "gpu-inference.platform.hasMonitoringApi" (dict "root" . "kind" "PrometheusRule"))) }}true{{ end }}
+{{- end }}
+
+{{/* The device plugin configs need SYS_ADMIN (NVML MIG handles) when any config uses a MIG strategy. */}}
+{{- define "gpu-inference.platform.anyMig" -}}
+{{- range $name, $cfg := .Values.platform.devicePlugin.config.map }}
+{{- $flags := default dict $cfg.flags }}
+{{- if and $flags.migStrategy (ne $flags.migStrategy "none") }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Render-time checks the JSON schema cannot express. Included by every platform template
+that renders, so a bad value fails `helm template` whichever part is on.
+*/}}
+{{- define "gpu-inference.platform.validate" -}}
+{{- $p := .Values.platform -}}
+{{- $nodeParts := or (include "gpu-inference.platform.devicePluginEnabled" .) (include "gpu-inference.platform.gfdEnabled" .) (include "gpu-inference.platform.dcgmExporterEnabled" .) -}}
+{{- if and $nodeParts (eq .Release.Namespace "default") (not $p.allowDefaultNamespace) }}
+{{- fail "platform: the device plugin, GFD and DCGM exporter must not run in the `default` namespace: install with --namespace <ns> (or set platform.allowDefaultNamespace=true)" }}
+{{- end }}
+{{- if or (include "gpu-inference.platform.devicePluginEnabled" .) (include "gpu-inference.platform.gfdEnabled" .) }}
+{{- $cfg := $p.devicePlugin.config }}
+{{- if not $cfg.map }}
+{{- fail "platform.devicePlugin.config.map: needs at least one named config" }}
+{{- end }}
+{{- if $cfg.default }}
+{{- if not (hasKey $cfg.map $cfg.default) }}
+{{- fail (printf "platform.devicePlugin.config.default: %q is not a key of platform.devicePlugin.config.map (keys: %s)" $cfg.default (keys $cfg.map | sortAlpha | join ", ")) }}
+{{- end }}
+{{- else }}
+{{- /* Mirror config-manager's fallbacks: named needs a key "default", single exactly one key, empty always resolves. */}}
+{{- $ok := false }}
+{{- range $cfg.fallbackStrategies }}
+{{- if or (eq . "empty") (and (eq . "named") (hasKey $cfg.map "default")) (and (eq . "single") (eq (len $cfg.map) 1)) }}{{ $ok = true }}{{ end }}
+{{- end }}
+{{- if not $ok }}
+{{- fail "platform.devicePlugin.config.default is empty and no fallback strategy resolves a config: set it to a key of config.map" }}
+{{- end }}
+{{- end }}
+{{- range $name, $c := $cfg.map }}
+{{- $flags := default dict $c.flags }}
+{{- $sharing := default dict $c.sharing }}
+{{- if and $sharing.mps (eq (toString $flags.migStrategy) "mixed") }}
+{{- fail (printf "platform.devicePlugin.config.map.%s: MPS sharing is not supported with migStrategy mixed (the device plugin refuses it)" $name) }}
+{{- end }}
+{{- if and $sharing.mps $sharing.timeSlicing }}
+{{- fail (printf "platform.devicePlugin.config.map.%s: sharing.mps and sharing.timeSlicing are mutually exclusive (MPS would silently win)" $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and (include "gpu-inference.platform.adapterEnabled" .) (include "gpu-inference.platform.dcgmExporterEnabled" .) (not $p.dcgmExporter.profiling) }}
+{{- range (include "gpu-inference.autoscaling.metrics" . | fromYamlArray) }}
+{{- if hasPrefix "DCGM_FI_PROF_" .name }}
+{{- fail (printf "autoscaling.metrics: %s is a profiling (DCP) field but platform.dcgmExporter.profiling is false: enable profiling or scale on another metric" .name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* GPU node placement shared by the node DaemonSets. */}}
+{{- define "gpu-inference.platform.nodePlacement" -}}
+{{- with .Values.platform.gpuNodeAffinity }}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+        {{- toYaml . | nindent 8 }}
+{{- end }}
+{{- with .Values.platform.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.platform.imagePullSecrets }}
+imagePullSecrets:
+  {{- range . }}
+  - name: {{ . }}
+  {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+config-manager container (init: ONESHOT true; sidecar: ONESHOT false, SIGHUP to the process).
+It reads node label nvidia.com/device-plugin.config and links /config/config.yaml to the
+chosen file, as upstream's chart does (deployments/helm/nvidia-device-plugin).
+Args: dict root, name, oneshot (bool), process.
+*/}}
+{{- define "gpu-inference.platform.configManager" -}}
+{{- $dp := .root.Values.platform.devicePlugin -}}
+- name: {{ .name }}
+  image: {{ printf "%s:%s" $dp.image.repository $dp.image.tag }}
+  imagePullPolicy: {{ $dp.image.pullPolicy }}
+  command: ["config-manager"]
+  env:
+    - name: ONESHOT
+      value: {{ .oneshot | quote }}
+    - name: KUBECONFIG
+      value: ""
+    - name: NODE_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: spec.nodeName
+    - name: NODE_LABEL
+      value: nvidia.com/device-plugin.config
+    - name: CONFIG_FILE_SRCDIR
+      value: /available-configs
+    - name: CONFIG_FILE_DST
+      value: /config/config.yaml
+    - name: DEFAULT_CONFIG
+      value: {{ $dp.config.default | quote }}
+    - name: FALLBACK_STRATEGIES
+      value: {{ join "," $dp.config.fallbackStrategies | quote }}
+    - name: SEND_SIGNAL
+      value: {{ (not .oneshot) | quote }}
+    - name: SIGNAL
+      value: {{ ternary "" "1" .oneshot | quote }}
+    - name: PROCESS_TO_SIGNAL
+      value: {{ ternary "" .process .oneshot | quote }}
+  volumeMounts:
+    - name: available-configs
+      mountPath: /available-configs
+    - name: config
+      mountPath: /config
+  {{- with .securityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+
+{{/* Device plugin container securityContext, as upstream: SYS_ADMIN only when a config uses MIG. */}}
+{{- define "gpu-inference.platform.devicePluginSecurityContext" -}}
+{{- if include "gpu-inference.platform.anyMig" . }}
+capabilities:
+  add: ["SYS_ADMIN"]
+{{- else }}
+allowPrivilegeEscalation: false
+capabilities:
+  drop: ["ALL"]
+{{- end }}
+{{- end }}
+
+{{/* The DCGM exporter's counters CSV: defaults + fields the alerts/autoscaling need + extra, deduplicated by field; PROF_* only with profiling. */}}
+{{- define "gpu-inference.platform.dcgmCounters" -}}
+{{- $e := .Values.platform.dcgmExporter -}}
+{{- $required := list
+  "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C)."
+  "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, counter, Total number of single-bit volatile ECC errors."
+  "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter, Total number of double-bit volatile ECC errors."
+  "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL, counter, Total number of single-bit persistent ECC errors."
+  "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL, counter, Total number of double-bit persistent ECC errors."
+  "DCGM_FI_DEV_XID_ERRORS, gauge, Value of the last XID error encountered."
+  "DCGM_EXP_XID_ERRORS_COUNT, gauge, Count of XID Errors within user-specified time window (see xid-count-window-size param)."
+  "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, counter, Number of remapped rows for uncorrectable errors."
+  "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS, counter, Number of remapped rows for correctable errors."
+  "DCGM_FI_DEV_ROW_REMAP_FAILURE, gauge, Whether remapping of rows has failed."
+  "DCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, Ratio of time the graphics engine is active."
+-}}
+{{- $seen := dict -}}
+# FIELD, Prometheus type, help. Defaults from NVIDIA/dcgm-exporter etc/default-counters.csv,
+# plus the ECC/Xid/row-remap fields the chart's alerts need and DCGM_FI_PROF_GR_ENGINE_ACTIVE.
+{{- range (concat $e.counters.default $required $e.counters.extra) }}
+{{- $field := . | splitList "," | first | trim }}
+{{- if and (not (hasKey $seen $field)) (or $e.profiling (not (hasPrefix "DCGM_FI_PROF_" $field))) }}
+{{- $_ := set $seen $field true }}
+{{ . }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+prometheus-adapter rules, one per-pod rule per effective scaling metric
+(gpu-inference.autoscaling.metrics). DCGM series name their pod with exported_* labels when
+platform.prometheusAdapter.exporterLabels is `exported` (ServiceMonitor honorLabels false);
+the servers' own series are scraped from their pods and always use pod/namespace.
+*/}}
+{{- define "gpu-inference.platform.adapterRules" -}}
+{{- $ad := .Values.platform.prometheusAdapter -}}
+{{- $rules := list -}}
+{{- $seen := dict -}}
+{{- range $m := (include "gpu-inference.autoscaling.metrics" . | fromYamlArray) }}
+{{- $series := $m.name }}
+{{- if not (hasKey $seen $series) }}
+{{- $_ := set $seen $series true }}
+{{- $nsLabel := "namespace" }}
+{{- $podLabel := "pod" }}
+{{- if and (hasPrefix "DCGM_" $series) (eq $ad.exporterLabels "exported") }}
+{{- $nsLabel = "exported_namespace" }}
+{{- $podLabel = "exported_pod" }}
+{{- end }}
+{{- $query := "avg(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)" }}
+{{- if hasKey $ad.metricsQueries $series }}
+{{- $query = get $ad.metricsQueries $series }}
+{{- end }}
+{{- $rule := dict
+  "seriesQuery" (printf "{__name__=%q,%s!=\"\",%s!=\"\"}" $series $nsLabel $podLabel)
+  "resources" (dict "overrides" (dict $nsLabel (dict "resource" "namespace") $podLabel (dict "resource" "pod")))
+  "name" (dict "matches" (printf "^%s$" (regexQuoteMeta $series)) "as" (default (replace ":" "_" $series) $m.hpaName))
+  "metricsQuery" $query }}
+{{- $rules = append $rules $rule }}
+{{- end }}
+{{- end }}
+{{- toYaml (dict "rules" (concat $rules $ad.extraRules)) }}
+{{- end }}
+
+{{/* Prometheus job of the DCGM exporter, for the absent/down alerts. */}}
+{{- define "gpu-inference.platform.dcgmJob" -}}
+{{- if .Values.platform.alerts.dcgmExporterJob }}
+{{- .Values.platform.alerts.dcgmExporterJob }}
+{{- else if .Values.platform.gpuOperator }}
+{{- "nvidia-dcgm-exporter" }}
+{{- else }}
+{{- include "gpu-inference.platform.fullname" (dict "root" . "component" "dcgm-exporter") }}
+{{- end }}
+{{- end }}
+
+{{/* Optional runbook_url annotation: <runbookBaseUrl>#<alert lowercased>. Args: dict base, alert. */}}
+{{- define "gpu-inference.platform.runbookUrl" -}}
+{{- if .base }}
+runbook_url: {{ printf "%s#%s" .base (lower .alert) | quote }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when any device plugin config shares GPUs with MPS (the control daemon is then needed). */}}
+{{- define "gpu-inference.platform.anyMps" -}}
+{{- range $name, $cfg := .Values.platform.devicePlugin.config.map }}
+{{- if and $cfg.sharing $cfg.sharing.mps }}true{{ end }}
+{{- end }}
+{{- end }}
