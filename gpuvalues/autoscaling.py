@@ -46,7 +46,7 @@ class MetricChoice:
     """The metric an HPA (or KEDA trigger) should scale on, with its target and why.
 
     `name` is the Prometheus series; `adapter_name` the name the custom-metrics API serves
-    it under (no ':'); `kind` the HPA metric source type; `target` the AverageValue
+    it under: the series with ':' -> '_', as the chart's HPA and adapter rules name it; `kind` the HPA metric source type; `target` the AverageValue
     Quantity per pod (`target_milli` the same in milli-units); `unit` what the value means.
     """
 
@@ -57,7 +57,10 @@ class MetricChoice:
     target_milli: int = 0
     unit: str = ""
     source: str = ""  # "dcgm" (GPU metric) or "server" (the model server's own metric)
-    adapter_name: str = ""
+
+    @property
+    def adapter_name(self) -> str:
+        return self.name.replace(":", "_")
 
 
 def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -74,7 +77,7 @@ def _gpu_metric(gpu_mode: str, utilization: float) -> MetricChoice:
             "dcgm-exporter#216, #430); DCGM_FI_PROF_GR_ENGINE_ACTIVE is, as a 0-1 ratio of "
             f"the instance's graphics engine, so the target is {format_milli(milli)} "
             "(needs Volta or newer and SYS_ADMIN for the exporter).",
-            milli, "ratio 0-1", "dcgm", "gpu_gr_engine_active")
+            milli, "ratio 0-1", "dcgm")
     percent = int(round(utilization * 100))
     why = ("whole GPU: DCGM_FI_DEV_GPU_UTIL (0-100, the GPU's busy duty cycle) is reported "
            f"per GPU and attributed to the pod that holds it, so a target of {percent} works")
@@ -82,7 +85,7 @@ def _gpu_metric(gpu_mode: str, utilization: float) -> MetricChoice:
         why += (" once dcgm-exporter maps DRA claims to pods (kubernetesDRA.enabled); if the "
                 "claim selects a MIG device, choose gpu_mode=mig instead")
     return MetricChoice(GPU_UTIL, str(percent), "Pods", why + ".",
-                        percent * 1000, "percent 0-100", "dcgm", "gpu_util")
+                        percent * 1000, "percent 0-100", "dcgm")
 
 
 def _server_metric(server_type: str, queue_target: float | None, server_metric: str | None) -> MetricChoice:
@@ -95,7 +98,7 @@ def _server_metric(server_type: str, queue_target: float | None, server_metric: 
             "(llm-d autoscaling docs, GKE inference best practices). Pair it with "
             "vllm:num_requests_running (plan_capacity's companion metric): the waiting queue is "
             "0 whenever capacity suffices, so on its own it saws between minReplicas and overload.",
-            milli, "requests waiting per pod", "server", "vllm_num_requests_waiting")
+            milli, "requests waiting per pod", "server")
     if server_type == "triton":
         milli = int(round((queue_target if queue_target is not None else 50_000.0) * 1000))
         return MetricChoice(
@@ -104,13 +107,13 @@ def _server_metric(server_type: str, queue_target: float | None, server_metric: 
             "nv_inference_queue_duration_us over the rate of nv_inference_request_success, "
             "in microseconds) grows as soon as the model instances are saturated, unlike GPU "
             "utilisation under dynamic batching.",
-            milli, "microseconds queued per request", "server", "avg_time_queue_us")
+            milli, "microseconds queued per request", "server")
     if server_metric:
         milli = int(round((queue_target if queue_target is not None else 1.0) * 1000))
         return MetricChoice(
             server_metric, format_milli(milli), "Pods",
             f"custom server: scaling on its own load metric {server_metric}.",
-            milli, "server metric per pod", "server", server_metric.replace(":", "_"))
+            milli, "server metric per pod", "server")
     raise CapacityError("a custom server has no known load metric: set server_metric (the "
                         "Prometheus series of its queue depth or in-flight requests)",
                         field="server_metric")
@@ -165,7 +168,7 @@ def choose_metric(gpu_mode: str, server_type: str, *, prefer: str = "auto",
 
 def _with_reason(choice: MetricChoice, prefix: str) -> MetricChoice:
     return MetricChoice(choice.name, choice.target, choice.kind, prefix + choice.reason,
-                        choice.target_milli, choice.unit, choice.source, choice.adapter_name)
+                        choice.target_milli, choice.unit, choice.source)
 
 
 def recommended_behavior(startup_s: float = 120.0) -> dict:
@@ -403,7 +406,7 @@ def plan_capacity(base_rps: float, peak_rps: float, replica_rps: float, *,
             "requests running per pod at the design utilisation (Little's law: mu x latency x "
             "utilisation): sizes the steady state, which the waiting queue (0 while capacity "
             "suffices) cannot; the HPA scales on the larger of the two.",
-            milli, "requests running per pod", "server", "vllm_num_requests_running")
+            milli, "requests running per pod", "server")
     return CapacityPlan(min_replicas, max_replicas, metric, gpus_per_replica,
                         min_replicas * gpus_per_replica, gpus_max, utilization, p_wait, w_q,
                         tuple(warnings), companion)

@@ -113,7 +113,9 @@ def test_whole_gpu_allows_gpu_util_and_recommends_queue_for_llm():
     assert (g.name, g.target, g.unit) == ("DCGM_FI_DEV_GPU_UTIL", "70", "percent 0-100")
     assert choose_metric("whole", "triton").name == "DCGM_FI_DEV_GPU_UTIL"
     t = choose_metric("whole", "triton", prefer="server")
-    assert t.name == "nv_inference_queue_duration_us" and t.adapter_name == "avg_time_queue_us"
+    assert t.name == "nv_inference_queue_duration_us" and t.adapter_name == "nv_inference_queue_duration_us"
+    # The custom-metrics API name the chart's HPA and adapter rules use: ':' -> '_'.
+    assert m.adapter_name == "vllm_num_requests_waiting"
 
 
 def test_shared_gpu_allows_server_metrics_only():
