@@ -60,6 +60,7 @@ class MetricChoice:
 
     @property
     def adapter_name(self) -> str:
+        """The custom-metrics API name: the series with ':' -> '_' (`vllm_num_requests_waiting`)."""
         return self.name.replace(":", "_")
 
 
@@ -293,6 +294,7 @@ class CapacityPlan:
     companion: MetricChoice | None = None  # a second metric the HPA should also scale on
 
     def as_dict(self) -> dict:
+        """Plain data (camelCase keys) for `--output yaml|json` and the simulate report."""
         return {
             "minReplicas": self.min_replicas, "maxReplicas": self.max_replicas,
             "metric": {"name": self.metric.name, "adapterName": self.metric.adapter_name,

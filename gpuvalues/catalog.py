@@ -10,6 +10,8 @@ Each model is one YAML file in `gpuvalues/data/gpus/` that cites its sources. Pu
 - `known_gpus()` -> sorted catalog names; `all_gpus()` -> every `GpuModel`.
 - `GpuModel.profile(name)` -> `MigProfile` (or `CatalogError` listing this GPU's profiles).
 - `parse_profile_name(name)` -> `(c, g, gb, attributes, negative_attributes)` with go-nvlib's syntax.
+- `mig_resource_name(profile)` -> the device plugin's resource (`nvidia.com/mig-1g.10gb.me`).
+- `gfd_product_label(name)` -> GFD's `nvidia.com/gpu.product` value for an nvidia-smi name.
 """
 from __future__ import annotations
 
@@ -19,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from gpuvalues.errors import CatalogError
+from gpuvalues.fileio import parse_yaml
 
 DATA_DIR = Path(__file__).resolve().parent / "data" / "gpus"
 
@@ -56,7 +57,7 @@ class MigProfile:
     @property
     def resource_name(self) -> str:
         """The device plugin's mixed-strategy resource (`nvidia.com/mig-1g.10gb.me`)."""
-        return "nvidia.com/mig-" + self.name.replace("+", ".")
+        return mig_resource_name(self.name)
 
     def slots(self, start: int) -> range:
         """Memory slices an instance placed at `start` occupies."""
@@ -74,6 +75,8 @@ class ProfileLimit:
 
 @dataclass(frozen=True)
 class MigGeometry:
+    """A GPU's MIG geometry: slice counts, profiles, shared-resource limits and how sure the placement data is."""
+
     compute_slices: int
     memory_slices: int
     profiles: tuple[MigProfile, ...]
@@ -98,18 +101,22 @@ class GpuModel:
 
     @property
     def mig_capable(self) -> bool:
+        """True when the GPU supports MIG."""
         return self.mig is not None
 
     @property
     def profiles(self) -> tuple[MigProfile, ...]:
+        """Every MIG profile of this GPU (empty without MIG)."""
         return self.mig.profiles if self.mig else ()
 
     @property
     def profile_names(self) -> tuple[str, ...]:
+        """The names of `profiles`, in catalog order."""
         return tuple(p.name for p in self.profiles)
 
     @property
     def compute_capability_tuple(self) -> tuple[int, int]:
+        """`compute_capability` as (major, minor), e.g. (8, 0)."""
         major, minor = self.compute_capability.split(".")
         return int(major), int(minor)
 
@@ -169,9 +176,23 @@ def parse_profile_name(name: str) -> tuple[int, int, int, tuple[str, ...], tuple
     return c, int(m.group(2)), int(m.group(3)), pos, neg
 
 
+def mig_resource_name(profile: str) -> str:
+    """The device plugin's mixed-strategy resource for a MIG profile name: `+` becomes `.`
+    (`1g.10gb+me` -> `nvidia.com/mig-1g.10gb.me`; k8s-device-plugin internal/rm/rm.go)."""
+    return "nvidia.com/mig-" + profile.replace("+", ".")
+
+
 def _normalize(name: str) -> str:
     key = re.sub(r"[\s_]+", "-", str(name).strip()).upper()
     return key
+
+
+def gfd_product_label(name: str) -> str:
+    """GPU feature discovery's `nvidia.com/gpu.product` value for a product name as
+    nvidia-smi prints it: keep [A-Za-z0-9-_. ], then join words with '-'
+    (`NVIDIA A100-SXM4-80GB` -> `NVIDIA-A100-SXM4-80GB`)."""
+    kept = re.sub(r"[^A-Za-z0-9\-_. ]", "", name)
+    return "-".join(kept.split())
 
 
 def _strip_gfd(key: str) -> str:
@@ -192,13 +213,7 @@ def _req(doc: Mapping[str, Any], key: str, source: str, field: str | None = None
 
 def _load_file(path: Path) -> GpuModel:
     src = str(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise CatalogError(f"invalid YAML: {getattr(exc, 'problem', exc)}", source=src,
-                           line=mark.line + 1 if mark else None,
-                           column=mark.column + 1 if mark else None) from None
+    doc = parse_yaml(path.read_text(), source=src, error=CatalogError)
     mig_doc = _req(doc, "mig", src)
     mig = None
     if mig_doc is not None:

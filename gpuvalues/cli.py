@@ -9,14 +9,9 @@ import argparse
 import sys
 import time
 import traceback
-from pathlib import Path
 
 from gpuvalues import __version__, output, render
 from gpuvalues.errors import GpuValuesError
-
-# The built-in example `gpuvalues render` renders when given nothing: a small cluster of
-# A100 80GB nodes serving one model, through the full spec -> values -> checks -> render path.
-EXAMPLE_SPEC = Path(__file__).resolve().parent / "data" / "examples" / "a100-small.yaml"
 
 
 # --- shared options and conventions (owned by issue 8; used by every subcommand) ---
@@ -60,26 +55,12 @@ def print_findings(args: argparse.Namespace, findings) -> None:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    """`gpuvalues render`: spec or values file -> validated manifests (stdout or one file per object)."""
     from gpuvalues import pipeline
 
-    kube = args.kube_version
-    if args.values:
-        if args.spec:
-            raise GpuValuesError("give a SPEC or --values FILE, not both")
-        progress(args, f"checking {args.values}")
-        values, warnings = pipeline.checked_values_file(args.values, kube or
-                                                        render.DEFAULT_KUBE_VERSION)
-        kube = kube or render.DEFAULT_KUBE_VERSION
-    else:
-        progress(args, "building values from the spec")
-        spec, built = pipeline.built_values(args.spec or EXAMPLE_SPEC, args.workload)
-        values, warnings = built.values, list(built.warnings)
-        kube = kube or spec.kubernetes_version
-    progress(args, f"helm template + kubernetes-validate {kube}")
-    text, objects = render.render_values(values, helm=args.helm, kube_version=kube)
-    if not args.values:
-        progress(args, "fit check on the spec's node pools")
-        warnings += pipeline.fit_findings(spec, built, objects)
+    text, warnings = pipeline.rendered(args.spec, values_path=args.values, workload=args.workload,
+                                       helm=args.helm, kube_version=args.kube_version,
+                                       progress=lambda m: progress(args, m))
     for w in warnings:
         say(args, str(w))
     if args.out_dir:
@@ -93,6 +74,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 # --- values, validate, update commands (issue 8) ---
 def cmd_values(args: argparse.Namespace) -> int:
+    """`gpuvalues values`: spec -> chart values (and node-side configs with --artifacts)."""
     from gpuvalues import pipeline
 
     progress(args, f"planning {args.spec}")
@@ -114,6 +96,7 @@ def cmd_values(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    """`gpuvalues validate`: every finding for a spec or values file; exit 1 when errors remain."""
     from gpuvalues import pipeline
     from gpuvalues.validate import errors_only
 
@@ -129,17 +112,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_update(args: argparse.Namespace) -> int:
+    """`gpuvalues update`: change a values file in place, validated, atomically."""
     from gpuvalues import update
 
-    changes = {}
-    for item in args.set or []:
-        path, sep, value = item.partition("=")
-        if not sep or not path:
-            raise GpuValuesError(f"--set {item!r}: write it as path=value, e.g. "
-                                 "autoscaling.maxReplicas=12")
-        changes[path] = value if args.string else update.parse_value(value)
-    if not changes:
-        raise GpuValuesError("nothing to change: give one or more --set path=value")
+    changes = update.parse_sets(args.set or [], as_string=args.string)
     warnings = update.update_values(args.file, changes, validate=not args.no_validate)
     for w in warnings:
         say(args, str(w))
@@ -149,6 +125,7 @@ def cmd_update(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of every subcommand (each planner registers its own block)."""
     parser = argparse.ArgumentParser(prog="gpuvalues", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"gpuvalues {__version__}")
     add_common_options(parser, top=True)
@@ -169,16 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
     # Each subcommand registers itself below, in its own block (one per planner).
     # --- plan (MIG / sharing planner) ---
     def cmd_plan(args: argparse.Namespace) -> int:
-        from gpuvalues import fileio, mig, planner, spec as spec_mod
+        from gpuvalues import fileio, mig, pipeline, planner
 
-        spec = spec_mod.load_spec(args.spec)
-        demands, pools, notes = planner.inputs_from_spec(spec)
-        if args.objective == "cost" and not all(p.price_per_gpu is not None for p in pools):
-            raise GpuValuesError("--objective cost needs pricePerGpuHour on every node pool")
-        progress(args, f"planning {len(demands)} models on {sum(p.capacity for p in pools)} GPUs")
-        result = planner.plan(demands, pools, objective=args.objective or "gpus",
-                              baselines=not args.no_baselines, time_limit=args.time_limit)
-        pictures = planner.layout_pictures(result)
+        result, pictures, notes = pipeline.planned(
+            args.spec, objective=args.objective or "gpus", baselines=not args.no_baselines,
+            time_limit=args.time_limit, progress=lambda m: progress(args, m))
         if args.svg:
             fileio.write_atomic(args.svg, mig.layouts_svg([(t, L) for t, _, L in pictures]))
         for n in notes:
@@ -198,13 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plan)
     # --- end plan ---
     # --- topo, fit (topology, inventory, fit check) ---
-    def _read_text(path: str) -> str:
-        return sys.stdin.read() if path == "-" else Path(path).read_text()
-
     def cmd_topo(args: argparse.Namespace) -> int:
-        from gpuvalues import topology
+        from gpuvalues import topology, yamlio
 
-        topo = topology.parse_topo_matrix(_read_text(args.file), source=args.file)
+        topo = topology.parse_topo_matrix(yamlio.read_text(args.file), source=args.file)
         emit(args, topology.topology_report(topo, best=args.best, available=args.available, prefix=args.prefix,
                                             key=args.key, count_nvswitch_links=args.count_nvswitch_links),
              topology.topology_table)
@@ -218,33 +187,22 @@ def build_parser() -> argparse.ArgumentParser:
                                                 label_selector=args.selector)
 
     def cmd_inventory(args: argparse.Namespace) -> int:
-        import yaml
-
-        from gpuvalues import fileio, inventory
+        from gpuvalues import fileio, inventory, yamlio
 
         data = _inventory(args).to_dict()
         if args.out:
-            fileio.write_atomic(args.out, yaml.safe_dump(data, sort_keys=False))
+            fileio.write_atomic(args.out, yamlio.dump(data))
             say(args, f"wrote {args.out} ({len(data['nodes'])} nodes)")
         else:
             emit(args, data, inventory.inventory_table)
         return 0
 
     def cmd_fit(args: argparse.Namespace) -> int:
-        import yaml
+        from gpuvalues import fit, pipeline
 
-        from gpuvalues import fit
-
-        inv = _inventory(args)
-        if bool(args.manifests) == bool(args.values):
-            raise GpuValuesError("give rendered manifests (--manifests FILE) or a values file (--values FILE)")
-        if args.manifests:
-            report = fit.fit(fit.load_manifests(_read_text(args.manifests), args.manifests), inv)
-        else:
-            progress(args, f"rendering {args.values} with helm")
-            values = yaml.safe_load(_read_text(args.values)) or {}
-            report = fit.fit_values(values, inv, helm=args.helm,
-                                    kube_version=args.kube_version or render.DEFAULT_KUBE_VERSION)
+        report = pipeline.fit_report(_inventory(args), manifests=args.manifests, values=args.values,
+                                     helm=args.helm, kube_version=args.kube_version,
+                                     progress=lambda m: progress(args, m))
         emit(args, report.to_dict(), fit.report_table)
         return 0 if report.fits else 1
 

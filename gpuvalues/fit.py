@@ -75,6 +75,7 @@ class PodShape:
 
     @property
     def gpu_requests(self) -> dict[str, int]:
+        """The pod's `nvidia.com/*` requests (whole GPUs, MIG devices, shared replicas)."""
         return {r: q for r, q in self.requests if r.startswith("nvidia.com/")}
 
 
@@ -95,11 +96,14 @@ class Workload:
 
     @property
     def ref(self) -> str:
+        """`kind/namespace/name`, as reports name the workload."""
         return f"{self.kind}/{self.namespace}/{self.name}"
 
 
 @dataclass(frozen=True)
 class WorkloadFit:
+    """One workload in one scenario: how many replicas were scheduled, where, and why the rest are Pending."""
+
     workload: str
     replicas: int
     scheduled: int
@@ -109,6 +113,7 @@ class WorkloadFit:
     extra_replicas: int
 
     def to_dict(self) -> dict:
+        """Plain data for `--output yaml|json`."""
         d = {"workload": self.workload, "replicas": self.replicas, "scheduled": self.scheduled,
              "pending": self.pending}
         if self.reason:
@@ -120,17 +125,22 @@ class WorkloadFit:
 
 @dataclass(frozen=True)
 class NodeUse:
+    """One node after placement: pods and GPU resources used of allocatable."""
+
     node: str
     pods: int
     gpu: tuple[tuple[str, int, int], ...]  # (resource, used, allocatable)
 
     def to_dict(self) -> dict:
+        """Plain data for `--output yaml|json`."""
         return {"node": self.node, "pods": self.pods,
                 "resources": {r: {"used": u, "allocatable": a} for r, u, a in self.gpu}}
 
 
 @dataclass(frozen=True)
 class Scenario:
+    """Every workload placed at one replica count (`min` or `max`) on the inventory."""
+
     name: str
     workloads: tuple[WorkloadFit, ...]
     nodes: tuple[NodeUse, ...]
@@ -138,13 +148,16 @@ class Scenario:
 
     @property
     def fits(self) -> bool:
+        """True when no pod stays Pending."""
         return all(w.pending == 0 for w in self.workloads)
 
     @property
     def pending(self) -> int:
+        """Pods that stay Pending, over all workloads."""
         return sum(w.pending for w in self.workloads)
 
     def to_dict(self) -> dict:
+        """Plain data for `--output yaml|json`."""
         return {"fits": self.fits, "pending": self.pending,
                 "workloads": [w.to_dict() for w in self.workloads],
                 "nodes": [n.to_dict() for n in self.nodes],
@@ -164,9 +177,11 @@ class FitReport:
 
     @property
     def fits(self) -> bool:
+        """True when both the min and the max scenario fit."""
         return self.min.fits and self.max.fits
 
     def to_dict(self) -> dict:
+        """Plain data for `--output yaml|json` (the keys `report_table` reads)."""
         return {"fits": self.fits, "minFits": self.min.fits, "maxFits": self.max.fits,
                 "placement": self.placement, "notModelled": list(self.not_modelled),
                 "warnings": list(self.warnings), "skipped": list(self.skipped),
@@ -720,14 +735,9 @@ def report_table(data: Mapping) -> str:
 
 def load_manifests(text: str, source: str) -> list[dict]:
     """Objects from a rendered YAML (or JSON) stream; `List` objects are flattened."""
-    import yaml
+    from gpuvalues.fileio import parse_yaml
 
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise CapacityError(f"not YAML: {getattr(exc, 'problem', exc)}", source=source,
-                            line=mark.line + 1 if mark else None, column=mark.column + 1 if mark else None) from None
+    docs = parse_yaml(text, source=source, error=CapacityError, all_documents=True)
     out = []
     for d in docs:
         if isinstance(d, dict) and d.get("kind", "").endswith("List") and isinstance(d.get("items"), list):

@@ -15,12 +15,11 @@ metrics, and for those the controller ignores pod readiness timing (only CPU use
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
 from gpuvalues.errors import CapacityError
+from gpuvalues.kube import parse_quantity
 
 # Controller flags (kube-controller-manager defaults).
 DEFAULT_TOLERANCE = 0.1  # --horizontal-pod-autoscaler-tolerance
@@ -47,34 +46,6 @@ class MetricUnavailable(CapacityError):
 
 
 # --------------------------------------------------------------------------- quantities
-
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?)$")
-_SUFFIX = {
-    None: Fraction(1), "m": Fraction(1, 1000), "k": Fraction(10**3), "M": Fraction(10**6),
-    "G": Fraction(10**9), "T": Fraction(10**12), "P": Fraction(10**15), "E": Fraction(10**18),
-    "Ki": Fraction(2**10), "Mi": Fraction(2**20), "Gi": Fraction(2**30), "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50), "Ei": Fraction(2**60),
-}
-
-
-def parse_quantity(value: Any, field: str = "quantity") -> Fraction:
-    """The exact value of a Kubernetes Quantity ("700m", "1.5", "2k", "1Gi", 70)."""
-    if isinstance(value, bool):
-        raise CapacityError(f"{value!r} is not a quantity; write a number like 0.7 or 700m", field=field)
-    if isinstance(value, int):
-        return Fraction(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise CapacityError(f"{value!r} is not a finite quantity", field=field)
-        return Fraction(str(value))
-    m = _QUANTITY.match(str(value).strip())
-    if not m:
-        raise CapacityError(f"{value!r} is not a Kubernetes quantity; write e.g. 700m, 0.7, 5 or 2k", field=field)
-    number = Fraction(m.group(1))
-    if m.group(2):
-        return number * Fraction(10) ** int(m.group(2)[1:])
-    return number * _SUFFIX[m.group(3)]
-
 
 def milli_value(value: Any, field: str = "quantity") -> int:
     """`Quantity.MilliValue()`: the value in milli-units, rounded up as Kubernetes does."""
@@ -450,6 +421,7 @@ class ScalingRules:
 
     @property
     def longest_period(self) -> int:
+        """The longest policy period in seconds (how far back scale events matter)."""
         return max((p.period_seconds for p in self.policies), default=0)
 
 
@@ -614,14 +586,17 @@ class HPA:
     # ---- state, as the controller keeps it
     @property
     def recommendations(self) -> list[tuple[float, int]]:
+        """Recorded (time, desired replicas) recommendations, oldest first."""
         return [(at, int(r)) for at, r in self._recs]
 
     @property
     def scale_up_events(self) -> list[tuple[float, int, bool]]:
+        """Recorded scale-up events as (time, replicas added, outdated)."""
         return [(e.at, e.change, e.outdated) for e in self._up]
 
     @property
     def scale_down_events(self) -> list[tuple[float, int, bool]]:
+        """Recorded scale-down events as (time, replicas removed, outdated)."""
         return [(e.at, e.change, e.outdated) for e in self._down]
 
     def load_state(self, recommendations: Sequence[tuple[float, int]] = (),

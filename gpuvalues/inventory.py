@@ -26,13 +26,14 @@ import io
 import json
 import re
 from dataclasses import dataclass, field
-from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
+from gpuvalues.catalog import gfd_product_label
 from gpuvalues.errors import GpuValuesError, InventoryError
+from gpuvalues.kube import parse_quantity
 from gpuvalues.topology import DEFAULT_TOPOLOGY_KEY, Topology, parse_topo_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,47 +48,23 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # resources are kept too (a pod may request them); hugepages and the like are not.
 _KEEP_BASIC = ("cpu", "memory", "pods", "ephemeral-storage")
 
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?)$")
-_SUFFIX = {"": 1, "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "k": 10**3,
-           "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20,
-           "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-
-
-def parse_quantity(value: Any) -> Fraction:
-    """A Kubernetes quantity (`500m`, `64Gi`, `1e3`, `8`) as an exact fraction."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a quantity: {value!r}")
-    if isinstance(value, int):
-        return Fraction(value)
-    if isinstance(value, float):
-        return Fraction(str(value))
-    m = _QUANTITY.match(str(value).strip())
-    if not m:
-        raise ValueError(f"not a Kubernetes quantity: {value!r}")
-    number, exponent, suffix = m.groups()
-    q = Fraction(number)
-    if exponent:
-        q *= Fraction(10) ** int(exponent[1:])
-    else:
-        q *= _SUFFIX[suffix or ""]
-    return q
-
 
 def resource_amount(name: str, value: Any) -> int:
     """A resource quantity in library units (cpu millicores, bytes, or a count).
 
-    Raises ValueError for fractional amounts of countable (extended) resources.
+    Raises a GpuValuesError (a ValueError) for a malformed or negative quantity, or a
+    fractional amount of a countable (extended) resource.
     """
     q = parse_quantity(value)
     if q < 0:
-        raise ValueError(f"{name}: negative quantity {value!r}")
+        raise InventoryError(f"{name}: negative quantity {value!r}")
     if name == "cpu":
         q *= 1000
         return int(q) if q.denominator == 1 else int(q) + 1  # Kubernetes rounds up to 1m
     if name in ("memory", "ephemeral-storage") or name.startswith("hugepages-"):
         return int(q) if q.denominator == 1 else int(q) + 1
     if q.denominator != 1:
-        raise ValueError(f"{name}: {value!r} is not an integer; extended resources are whole numbers")
+        raise InventoryError(f"{name}: {value!r} is not an integer; extended resources are whole numbers")
     return int(q)
 
 
@@ -111,6 +88,7 @@ class Taint:
     value: str = ""
 
     def to_dict(self) -> dict:
+        """Plain data in the inventory file format."""
         d = {"key": self.key, "effect": self.effect}
         if self.value:
             d["value"] = self.value
@@ -140,6 +118,7 @@ class GpuInfo:
         object.__setattr__(self, "mig_profiles", _frozen_map(self.mig_profiles))
 
     def to_dict(self) -> dict:
+        """Plain data in the inventory file format (schemas/inventory.schema.json)."""
         d: dict = {"count": self.count}
         if self.product is not None:
             d["product"] = self.product
@@ -156,6 +135,7 @@ class GpuInfo:
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "GpuInfo":
+        """The inverse of `to_dict`."""
         return cls(product=d.get("product"), count=int(d.get("count", 0)), memory_mib=d.get("memoryMiB"),
                    mig_capable=d.get("migCapable"), mig_strategy=d.get("migStrategy", "none"),
                    mig_profiles=dict(d.get("migProfiles", {})), replicas=int(d.get("replicas", 1)),
@@ -199,6 +179,7 @@ class Node:
         return int(value[2:]) if re.fullmatch(r"NV\d+", value) else 0
 
     def to_dict(self) -> dict:
+        """Plain data in the inventory file format (schemas/inventory.schema.json)."""
         d: dict = {"name": self.name}
         if self.labels:
             d["labels"] = dict(sorted(self.labels.items()))
@@ -250,6 +231,7 @@ class Inventory:
         object.__setattr__(self, "nodes", nodes)
 
     def node(self, name: str) -> Node:
+        """The node called `name`, else an InventoryError."""
         for n in self.nodes:
             if n.name == name:
                 return n
@@ -432,16 +414,10 @@ def from_kubectl_json(data: Any, source: str | None = None) -> Inventory:
 
 
 # -- nvidia-smi ------------------------------------------------------------------------------
-def _gfd_product(name: str) -> str:
-    """GFD's sanitised product label: keep [A-Za-z0-9-_. ], then join words with '-'."""
-    kept = re.sub(r"[^A-Za-z0-9\-_. ]", "", name)
-    return "-".join(kept.split())
-
-
 def _mib(value: str) -> int:
     m = re.fullmatch(r"\s*(\d+)\s*(MiB)?\s*", value)
     if not m:
-        raise ValueError(f"memory.total {value!r} is not '<n> MiB'")
+        raise InventoryError(f"memory.total {value!r} is not '<n> MiB'")
     return int(m.group(1))
 
 
@@ -488,7 +464,7 @@ def node_from_nvidia_smi(name: str, query_csv: str, topo_text: str | None = None
     count = len(gpus)
     node_labels = {
         "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.product": _gfd_product(products[0]),
+        "nvidia.com/gpu.product": gfd_product_label(products[0]),
         "nvidia.com/gpu.count": str(count),
         "nvidia.com/gpu.memory": str(min(g[1] for g in gpus)),
     }
@@ -546,22 +522,23 @@ def from_kubernetes(kubeconfig: str | None = None, context: str | None = None,
 
 
 # -- files ----------------------------------------------------------------------------------------
-def load_inventory(path: str | Path) -> Inventory:
-    """Read an inventory file: our format (YAML/JSON) or `kubectl get nodes -o json` output."""
-    import yaml
-
-    path = Path(path)
+def _read(path: Path, expected: str) -> str:
+    """A text file's contents, or an InventoryError naming the file."""
     try:
-        text = path.read_text()
+        return path.read_text()
     except OSError as exc:
         raise InventoryError(f"cannot read: {exc.strerror}", source=str(path)) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InventoryError(f"not YAML/JSON: {getattr(exc, 'problem', exc)}", source=str(path),
-                             line=mark.line + 1 if mark else None,
-                             column=mark.column + 1 if mark else None) from None
+    except UnicodeDecodeError:
+        raise InventoryError(f"not a UTF-8 text file; expected {expected}", source=str(path)) from None
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    """Read an inventory file: our format (YAML/JSON) or `kubectl get nodes -o json` output."""
+    from gpuvalues.fileio import parse_yaml
+
+    path = Path(path)
+    text = _read(path, "inventory YAML/JSON")
+    data = parse_yaml(text, source=str(path), error=InventoryError)
     if isinstance(data, Mapping) and data.get("kind") == KIND:
         return Inventory.from_dict(data, source=str(path))
     if isinstance(data, Mapping) and (data.get("kind") == "Node" or "items" in data):
@@ -595,11 +572,8 @@ def inventory_from_sources(*, inventory: str | None = None, kubeconfig: str | No
     nodes = []
     for arg in smi:
         name, csv_path, topo_path = parse_smi_arg(arg)
-        try:
-            csv_text = csv_path.read_text()
-            topo_text = topo_path.read_text() if topo_path else None
-        except OSError as exc:
-            raise InventoryError(f"cannot read: {exc.strerror}", source=exc.filename) from None
+        csv_text = _read(csv_path, "nvidia-smi CSV")
+        topo_text = _read(topo_path, "nvidia-smi topo -m output") if topo_path else None
         nodes.append(node_from_nvidia_smi(name, csv_text, topo_text, source=str(csv_path)))
     return Inventory(tuple(nodes), source="nvidia-smi")
 

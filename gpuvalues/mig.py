@@ -197,20 +197,24 @@ class Layout:
 
     @property
     def key(self) -> tuple[tuple[str, int], ...]:
+        """The layout's instance counts as sorted (profile, count) pairs; equal layouts share a key."""
         return tuple(sorted(Counter(p.profile for p in self.placements).items()))
 
     @property
     def used_slots(self) -> frozenset[int]:
+        """Memory slices the placed instances occupy."""
         gpu = get_gpu(self.gpu)
         return frozenset(s for p in self.placements for s in gpu.profile(p.profile).slots(p.start))
 
     @property
     def free_slots(self) -> tuple[int, ...]:
+        """Memory slices no instance occupies, ascending."""
         gpu = get_gpu(self.gpu)
         return tuple(s for s in range(gpu.mig.memory_slices) if s not in self.used_slots)
 
     @property
     def compute_slices(self) -> int:
+        """Compute slices the placed instances use."""
         gpu = get_gpu(self.gpu)
         return sum(gpu.profile(p.profile).compute_slices for p in self.placements)
 

@@ -16,16 +16,15 @@ Public API:
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping, Sequence
 
 from gpuvalues.catalog import GpuModel, get_gpu, parse_profile_name
 from gpuvalues.errors import CatalogError, MigLayoutError, MigPartedConfigError
+from gpuvalues.kube import is_label_value
 
 VERSION = "v1"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 # pkg/mig/builder/balanced.go balancedFormula: slots -> {G: count}
 BALANCED_FORMULA = {7: {1: 2, 2: 1, 3: 1}, 4: {1: 2, 2: 1}}
 
@@ -36,7 +35,7 @@ def _err(field: str, msg: str, source: str | None) -> MigPartedConfigError:
 
 def check_label_value(value: str, field: str = "name", source: str | None = None) -> None:
     """A Kubernetes label value: <= 63 chars, alphanumeric at both ends, `-_.` inside."""
-    if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+    if not is_label_value(value):
         raise _err(field, f"{value!r} cannot be a node label value (nvidia.com/mig.config): use at most 63 "
                           "letters, digits, '-', '_' or '.', starting and ending with a letter or digit", source)
 

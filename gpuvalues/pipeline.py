@@ -8,15 +8,20 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from gpuvalues import output, yamlio
 from gpuvalues.errors import GpuValuesError
 from gpuvalues.fileio import write_atomic
+from gpuvalues.kube import kube_minor
 from gpuvalues.spec import Spec, check_spec, load_spec, parse_spec
 from gpuvalues.validate import (Context, Finding, ValidationFailed, check_values, errors_only,
                                 semantic_findings)
 from gpuvalues.values import Values, build_all, build_values
+
+# The built-in example `gpuvalues render` renders when given nothing: a small cluster of
+# A100 80GB nodes serving one model, through the full spec -> values -> checks -> render path.
+EXAMPLE_SPEC = Path(__file__).resolve().parent / "data" / "examples" / "a100-small.yaml"
 
 
 def built_values(spec_path: str | Path, workload: str | None = None) -> tuple[Spec, Values]:
@@ -32,6 +37,71 @@ def built_all(spec_path: str | Path, workload: str | None = None
     if workload:
         return spec, (build_values(spec, workload),)
     return spec, build_all(spec)
+
+
+def planned(spec_path: str | Path, *, objective: str = "gpus", baselines: bool = True,
+            time_limit: float = 30.0, progress: Callable[[str], None] = lambda _: None):
+    """`gpuvalues plan`: the optimal MIG/sharing plan for a spec's node pools.
+
+    Returns (plan, pictures, notes): `planner.Plan`, (title, ASCII picture, layout) per
+    distinct MIG layout, and notes about workloads left out of the plan.
+    """
+    from gpuvalues import planner
+    from gpuvalues.values import inputs_from_spec
+
+    demands, pools, notes = inputs_from_spec(load_spec(spec_path))
+    if objective == "cost" and any(p.price_per_gpu is None for p in pools):
+        raise GpuValuesError("--objective cost needs pricePerGpuHour on every node pool")
+    progress(f"planning {len(demands)} models on {sum(p.capacity for p in pools)} GPUs")
+    result = planner.plan(demands, pools, objective=objective, baselines=baselines,
+                          time_limit=time_limit)
+    return result, planner.layout_pictures(result), notes
+
+
+def rendered(spec_path: str | Path | None = None, *, values_path: str | Path | None = None,
+             workload: str | None = None, helm: str | None = None, kube_version: str | None = None,
+             progress: Callable[[str], None] = lambda _: None) -> tuple[str, list[Finding]]:
+    """`gpuvalues render`: a spec (built, rendered, fit-checked on its pools) or a values
+    file (checked, rendered) -> (manifest stream, warnings). Objects are validated for the
+    Kubernetes version: `kube_version`, else the spec's, else render's default."""
+    from gpuvalues import render
+
+    if kube_version:
+        kube_minor(kube_version)              # a mistyped version is bad input, not a helm error
+    if values_path:
+        if spec_path:
+            raise GpuValuesError("give a SPEC or --values FILE, not both")
+        kube = kube_version or render.DEFAULT_KUBE_VERSION
+        progress(f"checking {values_path}")
+        values, warnings = checked_values_file(values_path, kube)
+    else:
+        progress("building values from the spec")
+        spec, built = built_values(spec_path or EXAMPLE_SPEC, workload)
+        values, warnings = built.values, list(built.warnings)
+        kube = kube_version or spec.kubernetes_version
+    progress(f"helm template + kubernetes-validate {kube}")
+    text, objects = render.render_values(values, helm=helm, kube_version=kube)
+    if not values_path:
+        progress("fit check on the spec's node pools")
+        warnings += fit_findings(spec, built, objects)
+    return text, warnings
+
+
+def fit_report(inventory, *, manifests: str | None = None, values: str | None = None,
+               helm: str | None = None, kube_version: str | None = None,
+               progress: Callable[[str], None] = lambda _: None):
+    """`gpuvalues fit`: a `fit.FitReport` for rendered manifests (a file, `-` for stdin) or
+    a values file (rendered with helm first) on `inventory`."""
+    from gpuvalues import fit, render
+
+    if bool(manifests) == bool(values):
+        raise GpuValuesError("give rendered manifests (--manifests FILE) or a values file (--values FILE)")
+    if manifests:
+        return fit.fit(fit.load_manifests(yamlio.read_text(manifests), manifests), inventory)
+    progress(f"rendering {values} with helm")
+    data = yamlio.load_mapping(values, allow_empty=True, what="values file").data
+    return fit.fit_values(data, inventory, helm=helm,
+                          kube_version=kube_version or render.DEFAULT_KUBE_VERSION)
 
 
 def fit_findings(spec: Spec, built: Values, objects: list[dict]) -> list[Finding]:
@@ -158,6 +228,8 @@ def check(*, spec: str | Path | None = None, values: str | Path | None = None,
     """Every finding for a spec (schema, cross-field, build, generated values) or a
     values file (chart schema, semantic rules; with `spec` as context). Unreadable or
     malformed YAML raises a SpecError (bad input) instead."""
+    if kube_version:
+        kube_minor(kube_version)              # a mistyped version is bad input, not ignored
     if values:
         loaded = yamlio.expect_mapping(yamlio.load_yaml(values, allow_empty=True),
                                        "values file")

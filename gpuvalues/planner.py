@@ -33,7 +33,6 @@ Public API (frozen dataclasses; all pure):
 - `Plan.to_dict()` (for JSON/YAML), `Plan.mig_parted_config`, `Plan.node_labels`,
   `Plan.device_plugin_configs`, `Plan.baselines`, `Plan.lp_bound`, `Plan.gap`.
 - `sharing_plan(demands, gpu, mode, gpus=..., replicas=None)` -> `Plan` for one non-MIG pool.
-- `inputs_from_spec(spec)` -> (demands, pools, notes) from a `gpuvalues.spec.Spec`.
 - `plan_table(plan.to_dict(), pictures)`, `layout_pictures(plan)`: the CLI's table and ASCII pictures.
 
 `Plan.node_labels` maps a node-config name to the labels its nodes need
@@ -93,6 +92,7 @@ class NodePool:
 
     @property
     def capacity(self) -> int:
+        """GPUs in the pool (nodes x GPUs per node)."""
         return self.gpus_per_node * self.nodes
 
 
@@ -116,6 +116,7 @@ class GpuGroup:
 
     @property
     def label(self) -> str:
+        """Short text of the layout (`1x3g.40gb+2x2g.20gb`), or `<n>x<profile>` without MIG."""
         if self.layout is not None:
             return self.layout.label()
         return f"{len(self.instances)}x{self.instances[0].profile}" if self.instances else "idle"
@@ -133,6 +134,8 @@ class NodeGroup:
 
 @dataclass(frozen=True)
 class PoolPlan:
+    """One pool's part of a plan: GPU and node groups, spare instances and memory slices."""
+
     pool: NodePool
     mode: str  # mig | whole | time-slicing | mps
     gpus_used: int
@@ -146,6 +149,8 @@ class PoolPlan:
 
 @dataclass(frozen=True)
 class Baseline:
+    """A simpler plan to compare against (whole GPUs, all-balanced, all-1g); `gpus` None when not applicable."""
+
     name: str
     gpus: int | None
     cost: float | None
@@ -154,6 +159,8 @@ class Baseline:
 
 @dataclass(frozen=True)
 class Plan:
+    """The planner's answer: pools, totals, LP/MIP bounds, baselines and the node-side configs."""
+
     objective: str
     pools: tuple[PoolPlan, ...]
     gpus_used: int
@@ -696,6 +703,8 @@ def plan(demands: Sequence[ModelDemand], pools: Sequence[NodePool], *, objective
     """The optimal plan: per-pool GPU layouts, model -> instance assignment, configs, bounds, baselines."""
     demands, pools = list(demands), list(pools)
     _check_inputs(demands, pools)
+    if not time_limit > 0:  # HiGHS would ignore a negative limit (or NaN) and run unbounded
+        raise PlanError(f"time limit must be > 0 seconds, got {time_limit!r}", field="time_limit")
     costs = _prices(pools, objective, prices)
     model, res = _run(demands, pools, costs, "optimal", time_limit)
     if res is None:
@@ -805,61 +814,7 @@ def sharing_plan(demands: Sequence[ModelDemand], gpu: str, mode: str, *, gpus: i
     return plan(demands, [pool])
 
 
-# --------------------------------------------------------------------------- spec + output
-
-def inputs_from_spec(spec: Any) -> tuple[list[ModelDemand], list[NodePool], list[str]]:
-    """Planner inputs from a `gpuvalues.spec.Spec` (read by attribute; no import, to keep layers).
-
-    Replicas: ceil(load.peak / throughputPerReplica) when both are given, else
-    autoscaling.minReplicas, else 1. `sharing.migProfile` pins the profile; `whole` pins
-    whole GPUs (or the full MIG profile). Workloads needing several GPUs per replica
-    (gpus > 1 or tensorParallel > 1) are left out with a note: a MIG plan places one
-    instance per replica.
-    """
-    notes: list[str] = []
-    demands: list[ModelDemand] = []
-    pool_modes: dict[str, set] = defaultdict(set)
-    pool_reps: dict[str, int | None] = {}
-    names = [p.name for p in spec.node_pools]
-    fulls = tuple(sorted({get_gpu(p.gpu).full_profile.name for p in spec.node_pools
-                          if get_gpu(p.gpu).full_profile is not None}))
-    for w in spec.workloads:
-        share = spec.sharing_for(w)
-        if w.gpus_per_replica > 1:
-            notes.append(f"workload {w.name}: {w.gpus_per_replica} GPUs per replica (tensor parallel) is planned "
-                         "on whole GPUs outside the MIG plan")
-            continue
-        if w.load is not None and w.throughput_per_replica:
-            replicas = math.ceil(w.load.peak / w.throughput_per_replica)
-        else:
-            replicas = spec.autoscaling.min_replicas or 1
-        allowed = None
-        if share.mig_profile:
-            allowed = (share.mig_profile,)
-        elif share.mode == "whole":
-            allowed = (WHOLE,) + fulls
-        for pn in ([w.node_pool] if w.node_pool else names):
-            if share.mode in ("time-slicing", "mps"):
-                pool_modes[pn].add(share.mode)
-                pool_reps[pn] = share.replicas_per_gpu
-        demands.append(ModelDemand(w.name, replicas=replicas, memory_gb=w.memory_gb, allowed_profiles=allowed,
-                                   pools=(w.node_pool,) if w.node_pool else None))
-    pools = []
-    for p in spec.node_pools:
-        modes = pool_modes.get(p.name, set())
-        if len(modes) > 1:
-            raise PlanError(f"pool {p.name!r}: workloads ask for both time-slicing and MPS; the device plugin "
-                            "applies one sharing mode per node", field=f"cluster.nodePools.{p.name}")
-        mode = next(iter(modes), None)
-        gpu = get_gpu(p.gpu)
-        if mode and p.mig and gpu.mig:
-            notes.append(f"pool {p.name}: MIG is on, so {mode} is not used there")
-            mode = None
-        pools.append(NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes, mig_enabled=bool(p.mig), sharing=mode,
-                              sharing_replicas=pool_reps.get(p.name) if mode else None,
-                              price_per_gpu=p.price_per_gpu_hour))
-    return demands, pools, notes
-
+# --------------------------------------------------------------------------- output
 
 def plan_table(data: Mapping[str, Any], pictures: Sequence[tuple[str, str]] = ()) -> str:
     """The people's view of `Plan.to_dict()`: summary, per-pool groups, layouts, baselines."""

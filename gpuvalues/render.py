@@ -10,6 +10,8 @@ from pathlib import Path
 import yaml
 
 from gpuvalues.errors import RenderError
+from gpuvalues.fileio import parse_yaml, write_atomic
+from gpuvalues.kube import kube_minor
 from gpuvalues.tools import find_helm
 
 CHART_DIR = Path(__file__).resolve().parent.parent / "charts" / "gpu-inference"
@@ -42,7 +44,7 @@ def helm_template(values: dict, *, chart: Path = CHART_DIR, helm: str | None = N
 
 def parse_manifests(text: str) -> list[dict]:
     """Split a rendered YAML stream into objects, dropping empty documents."""
-    return [doc for doc in yaml.safe_load_all(text) if doc]
+    return parse_yaml(text, source="helm template output", error=RenderError, all_documents=True)
 
 
 def validate_manifests(objects: list[dict], kube_version: str = DEFAULT_KUBE_VERSION) -> None:
@@ -53,7 +55,7 @@ def validate_manifests(objects: list[dict], kube_version: str = DEFAULT_KUBE_VER
     """
     import kubernetes_validate
 
-    minor = ".".join(kube_version.lstrip("v").split(".")[:2])
+    minor = f"1.{kube_minor(kube_version)}"
     for obj in objects:
         name = f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
         try:
@@ -75,7 +77,7 @@ def split_documents(text: str) -> list[tuple[dict, str]]:
     for chunk in re.split(r"(?m)^---[ \t]*$\n?", text):
         if not chunk.strip():
             continue
-        obj = yaml.safe_load(chunk)
+        obj = parse_yaml(chunk, source="helm template output", error=RenderError)
         if obj:
             out.append((obj, chunk if chunk.endswith("\n") else chunk + "\n"))
     return out
@@ -95,8 +97,6 @@ def write_manifests(text: str, out_dir: str | os.PathLike) -> list[Path]:
     `<kind>-<name>.yaml`, with `-2`, `-3`... when two objects share one. Returns the
     paths in stream order.
     """
-    from gpuvalues.fileio import write_atomic
-
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise RenderError(f"{out} exists and is not a directory; -o takes a directory")

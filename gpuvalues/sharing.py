@@ -20,8 +20,9 @@ import re
 import uuid
 from typing import Any, Mapping, Sequence
 
-from gpuvalues.catalog import GpuModel, get_gpu
+from gpuvalues.catalog import GpuModel, get_gpu, mig_resource_name  # noqa: F401 (public re-export)
 from gpuvalues.errors import DevicePluginConfigError
+from gpuvalues.kube import is_dns_subdomain
 
 VERSION = "v1"
 RESOURCE_PREFIX = "nvidia.com"
@@ -44,8 +45,6 @@ _GFD = {"oneshot": "bool", "noTimestamp": "bool", "sleepInterval": "duration", "
         "machineTypeFile": "str"}
 _REPLICATED = ("renameByDefault", "failRequestsGreaterThanOne", "resources")
 _RESOURCE = ("name", "rename", "devices", "replicas")
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_SUBDOMAIN = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
 _GO_DURATION = re.compile(r"^[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$|^[-+]?0$")
 
 
@@ -62,16 +61,11 @@ def normalize_resource_name(name: Any, field: str = "name", source: str | None =
         raise _err(field, f"fully-qualified resource name must be {MAX_RESOURCE_NAME_LENGTH} characters or "
                           f"less: {full} ({len(full)})", source)
     after = full.split("/", 1)[1]
-    if len(after) > 253 or not _DNS_SUBDOMAIN.match(after):
+    if not is_dns_subdomain(after):
         raise _err(field, f"incorrect format for resource name {full!r}: the part after 'nvidia.com/' must be "
                           "a DNS subdomain (lowercase letters, digits, '-' and '.'; start and end alphanumeric)",
                    source)
     return full
-
-
-def mig_resource_name(profile: str) -> str:
-    """Mixed-strategy resource for a MIG profile: `+` becomes `.` (internal/rm/rm.go)."""
-    return f"{RESOURCE_PREFIX}/mig-" + profile.replace("+", ".")
 
 
 def resource_pattern_matches(pattern: str, value: str) -> bool:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gpuvalues.errors import CapacityError, GpuValuesError, ToolNotFoundError
+from gpuvalues.fileio import parse_yaml, write_atomic
 from gpuvalues.hpa import HPA, MetricUnavailable, combine_proposals, plain_metric_replicas
 
 TRACES_DIR = Path(__file__).resolve().parent / "data" / "traces"
@@ -161,9 +162,9 @@ class SimConfig:
                                 field="min_replicas")
 
 
-@dataclass
+@dataclass(frozen=True)
 class SimResult:
-    """One behaviour's run: series per sync step and the summary."""
+    """One behaviour's run: series per sync step and the summary (filled in by `simulate`)."""
 
     name: str
     times_s: list[float] = field(default_factory=list)
@@ -300,7 +301,7 @@ def simulate(trace: Trace, config: SimConfig, behavior: Mapping[str, Any] | None
         res.violation.append(bad)
 
     ups = sum(1 for _, a, b in res.scale_events if b > a)
-    res.summary = {
+    res.summary.update({
         "behavior": name,
         "gpu_hours": round(gpu_pod_seconds * cfg.gpus_per_replica / 3600.0, 3),
         "slo_violation_minutes": round(violation_s / 60.0, 2),
@@ -310,7 +311,7 @@ def simulate(trace: Trace, config: SimConfig, behavior: Mapping[str, Any] | None
         "flaps": count_flaps(res.scale_events, cfg.flap_window_s),
         "max_replicas": max(res.replicas),
         "mean_replicas": round(sum(res.replicas) / len(res.replicas), 2),
-    }
+    })
     return res
 
 
@@ -322,6 +323,7 @@ def compare(trace: Trace, config: SimConfig, behaviors: Mapping[str, Mapping[str
 
 
 def summary_table(results: Sequence[SimResult]) -> list[dict[str, Any]]:
+    """Each behaviour's summary (flaps, GPU-hours, SLO violations), one dict per result."""
     return [r.summary for r in results]
 
 
@@ -352,24 +354,9 @@ def plot(results: Sequence[SimResult], path: str | Path, metric_label: str = "me
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     try:
-        _write_bytes_atomic(Path(path), buf.getvalue())
+        write_atomic(path, buf.getvalue())
     except OSError as exc:
         raise CapacityError(f"cannot write the plot ({exc.strerror})", source=str(path)) from None
-
-
-def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # --------------------------------------------------------------------------- planning + replay
@@ -404,7 +391,7 @@ def parse_metrics(text: str) -> tuple[SimMetric, ...]:
     return tuple(metrics)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SimReport:
     """A capacity plan for the trace and the replay of each behaviour."""
 
@@ -414,6 +401,7 @@ class SimReport:
     results: list[SimResult]
 
     def as_dict(self, series: bool = False) -> dict[str, Any]:
+        """Plain data for `--output yaml|json`; per-step series only with `series`."""
         data: dict[str, Any] = {
             "trace": {"source": self.trace.source, "points": len(self.trace.times_s),
                       "duration_s": self.trace.times_s[-1] - self.trace.times_s[0],
@@ -485,8 +473,6 @@ def plan_and_simulate(trace: Trace, *, replica_rps: float, gpus_per_replica: flo
 def load_behaviors(items: Sequence[str], startup_s: float) -> dict[str, Mapping[str, Any] | None]:
     """`NAME` (a built-in: no-stabilization, legacy, recommended) or `NAME=FILE` (YAML with
     an autoscaling/v2 `behavior` mapping, or a mapping holding one under `behavior`)."""
-    import yaml
-
     builtins = builtin_behaviors(startup_s)
     out: dict[str, Mapping[str, Any] | None] = {}
     for item in items:
@@ -498,14 +484,12 @@ def load_behaviors(items: Sequence[str], startup_s: float) -> dict[str, Mapping[
             out[name] = builtins[name]
             continue
         try:
-            doc = yaml.safe_load(Path(path).read_text())
+            text = Path(path).read_text()
         except OSError as exc:
             raise CapacityError(f"cannot read ({exc.strerror})", source=path) from None
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            raise CapacityError(f"not valid YAML: {getattr(exc, 'problem', exc)}", source=path,
-                                line=mark.line + 1 if mark else None,
-                                column=mark.column + 1 if mark else None) from None
+        except UnicodeDecodeError:
+            raise CapacityError("not a UTF-8 text file; expected a behavior YAML", source=path) from None
+        doc = parse_yaml(text, source=path, error=CapacityError)
         if isinstance(doc, Mapping) and "behavior" in doc:
             doc = doc["behavior"]
         try:

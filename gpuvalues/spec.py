@@ -13,6 +13,7 @@ from typing import Any
 
 from gpuvalues import yamlio
 from gpuvalues.errors import SpecError
+from gpuvalues.kube import kube_minor
 from gpuvalues.validate import (SPEC_SCHEMA, Finding, ValidationFailed, check_schema, finding,
                                 yaml_findings)
 
@@ -29,6 +30,8 @@ class Topology:
 
 @dataclass(frozen=True)
 class NodePool:
+    """A pool of identical GPU nodes (`cluster.nodePools[]`)."""
+
     name: str
     gpu: str
     gpus_per_node: int
@@ -39,6 +42,7 @@ class NodePool:
 
     @property
     def gpus(self) -> int:
+        """GPUs in the pool (nodes x GPUs per node)."""
         return self.gpus_per_node * self.nodes
 
 
@@ -54,6 +58,8 @@ class Sharing:
 
 @dataclass(frozen=True)
 class Slo:
+    """The latency objective of a workload (`slo.latencyMs` at `slo.percentile`)."""
+
     latency_ms: float | None = None
     percentile: float = 95.0
 
@@ -68,6 +74,8 @@ class Load:
 
 @dataclass(frozen=True)
 class Workload:
+    """One model to serve (`workloads[]`): server, resources, load and where it runs."""
+
     name: str
     model: str
     server: str = "vllm"
@@ -91,6 +99,8 @@ class Workload:
 
 @dataclass(frozen=True)
 class Autoscaling:
+    """Spec-wide autoscaling choices (`autoscaling`): engine, metric and replica bounds."""
+
     engine: str = "hpa"
     metric: str = "choose"
     target: str | None = None
@@ -101,6 +111,8 @@ class Autoscaling:
 
 @dataclass(frozen=True)
 class Platform:
+    """Which GPU platform parts the first release installs (`platform`)."""
+
     gpu_operator: bool = False
     device_plugin: bool = True
     gpu_feature_discovery: bool = False
@@ -124,12 +136,14 @@ class Spec:
     warnings: tuple[Finding, ...] = ()
 
     def pool(self, name: str) -> NodePool:
+        """The node pool called `name`, else a SpecError."""
         for p in self.node_pools:
             if p.name == name:
                 return p
         raise SpecError(f"no node pool named {name!r}")
 
     def workload(self, name: str) -> Workload:
+        """The workload called `name`, else a SpecError listing the workloads."""
         for w in self.workloads:
             if w.name == name:
                 return w
@@ -137,6 +151,7 @@ class Spec:
         raise SpecError(f"no workload named {name!r}; the spec has: {known}")
 
     def sharing_for(self, workload: Workload) -> Sharing:
+        """The sharing that applies to `workload`: its own, else the spec-wide one."""
         return workload.sharing or self.sharing
 
     def pools_for(self, workload: Workload) -> tuple[NodePool, ...]:
@@ -147,7 +162,8 @@ class Spec:
 
     @property
     def kube_minor(self) -> int:
-        return int(self.kubernetes_version.lstrip("v").split(".")[1])
+        """The minor of `kubernetes_version` (34 for 1.34.0)."""
+        return kube_minor(self.kubernetes_version)
 
     def position(self, *path: Any) -> tuple[str, int | None, int | None]:
         """(source, line, column) of a spec path, for messages."""

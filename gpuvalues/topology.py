@@ -48,6 +48,7 @@ from functools import lru_cache
 from typing import Iterable, Sequence
 
 from gpuvalues.errors import GpuValuesError, TopologyParseError
+from gpuvalues.kube import is_label_key, is_label_value
 
 # NVML topology levels as `topo -m` prints them, closest first.
 PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
@@ -67,9 +68,6 @@ _PLAIN_CELLS = frozenset(("X", "PIX", "PXB", "PHB", "NODE", "SYS", "SOC"))
 _VALID_CELLS = set(_PLAIN_CELLS)  # grows by the NV<k> spellings seen (bounded)
 _CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 _NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
-_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 @dataclass(frozen=True)
@@ -277,11 +275,10 @@ class Topology:
 
 
 def _check_label(key: str, value: str) -> None:
-    prefix, _, name = key.rpartition("/")
-    if (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))) or not _LABEL_NAME.match(name):
+    if not is_label_key(key):
         raise GpuValuesError(f"topology label key {key!r} is not a valid Kubernetes label key; "
                              "use a prefix like 'example.com/' or 'example.com/gpu-'")
-    if len(value) > 63 or not _LABEL_VALUE.match(value):
+    if not is_label_value(value):
         raise GpuValuesError(f"topology label {key}={value!r} is not a valid label value")
 
 
@@ -541,6 +538,11 @@ def topology_report(topo: Topology, *, best: int | None = None, available: Itera
         "labels": topo.labels(prefix=prefix, key=key),
     }
     if best is not None:
+        free = sorted(topo.gpus if available is None else set(available))
+        if not 1 <= best <= len(free):
+            raise GpuValuesError(f"asked for {best} GPUs, but {len(free)} are available "
+                                 f"({', '.join(map(str, free)) or 'none'}); ask for 1 to {len(free)}",
+                                 field="best")
         chosen = topo.best_gpu_set(best, available, count_nvswitch_links=count_nvswitch_links)
         data["bestGpuSet"] = {"size": best, "gpus": list(chosen),
                               "score": sum(topo.pair_score(a, b, count_nvswitch_links=count_nvswitch_links)

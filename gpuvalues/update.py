@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from gpuvalues import yamlio
 from gpuvalues.errors import SpecError
@@ -66,6 +66,20 @@ def parse_value(text: str) -> Any:
         if -(2 ** 63) <= value < 2 ** 63:
             return value
     return text
+
+
+def parse_sets(items: Sequence[str], *, as_string: bool = False) -> dict[str, Any]:
+    """`--set path=value` arguments -> {path: value}, each value typed as `helm --set`
+    types it (`parse_value`), or kept a string with `as_string`."""
+    changes: dict[str, Any] = {}
+    for item in items:
+        path, sep, value = item.partition("=")
+        if not sep or not path:
+            raise SpecError(f"--set {item!r}: write it as path=value, e.g. autoscaling.maxReplicas=12")
+        changes[path] = value if as_string else parse_value(value)
+    if not changes:
+        raise SpecError("nothing to change: give one or more --set path=value")
+    return changes
 
 
 def _round_trip():

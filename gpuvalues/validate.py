@@ -25,6 +25,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match, relevance
 
 from gpuvalues.errors import GpuValuesError, SpecError
+from gpuvalues.kube import kube_minor
 from gpuvalues.yamlio import Loaded, format_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,6 +80,7 @@ class Finding:
     hint: str = ""
 
     def sort_key(self) -> tuple:
+        """Order findings by file position, then path and code."""
         return (self.source, self.line or 0, self.column or 0, self.path, self.code, self.message)
 
     def __str__(self) -> str:
@@ -91,6 +93,7 @@ class Finding:
         return f"{head}{self.path}: {sev}{self.message} [{self.code}]{hint}"
 
     def as_dict(self) -> dict:
+        """Plain data for `--output yaml|json`."""
         return {"code": self.code, "severity": self.severity, "source": self.source,
                 "line": self.line, "column": self.column, "path": self.path,
                 "message": self.message, "hint": self.hint}
@@ -109,10 +112,12 @@ class ValidationFailed(SpecError):
         return self.message
 
     def lines(self) -> list[str]:
+        """One printable line per finding (the CLI prints them all)."""
         return [str(f) for f in self.findings]
 
 
 def errors_only(findings: Iterable[Finding]) -> list[Finding]:
+    """The findings with severity `error` (warnings dropped)."""
     return [f for f in findings if f.severity == "error"]
 
 
@@ -525,8 +530,7 @@ def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded 
 
     # GV009: DRA needs resource.k8s.io/v1 (Kubernetes 1.34).
     if mode == "dra" and ctx.kube_version:
-        minor = int(ctx.kube_version.lstrip("v").split(".")[1])
-        if minor < 34:
+        if kube_minor(ctx.kube_version) < 34:
             add("GV009", f"gpu.mode dra needs Kubernetes >= 1.34 (resource.k8s.io/v1), "
                 f"target is {ctx.kube_version}", "gpu", "mode")
     return sorted(out, key=Finding.sort_key)

@@ -8,6 +8,9 @@ which GPU platform parts the release installs. Every decision comes from the pla
 records why each choice was made (`Values.decisions`), and validates the result with the
 chart's own schema and the semantic rules before returning it. Problems are
 `GpuValuesError`s placed at the spec line that caused them.
+
+`inputs_from_spec(spec)` reads a spec into the optimal planner's inputs for
+`gpuvalues plan` (the planner itself knows nothing of specs).
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuvalues import yamlio
+from gpuvalues import catalog, yamlio
 from gpuvalues.errors import CapacityError, CatalogError, GpuValuesError, PlanError, SpecError
 from gpuvalues.spec import NodePool, Spec, Workload
 from gpuvalues.validate import (Context, Finding, ValidationFailed, check_values, errors_only,
@@ -77,7 +80,6 @@ def _pool_index(spec: Spec, pool: NodePool) -> int:
 
 
 def _gpu(spec: Spec, pool: NodePool):
-    from gpuvalues import catalog
     try:
         return catalog.get_gpu(pool.gpu)
     except CatalogError as exc:
@@ -217,7 +219,7 @@ def _gfd_products(gpu, placement: _Placement) -> list[str]:
     """GFD `nvidia.com/gpu.product` values for the pool's GPU, as the device plugin's
     GFD labels them under this sharing mode (-SHARED suffix when replicas are renamed;
     the mixed MIG strategy keeps the plain product name)."""
-    names = sorted({a.replace(" ", "-") for a in (*gpu.aliases, gpu.name)
+    names = sorted({catalog.gfd_product_label(a) for a in (*gpu.aliases, gpu.name)
                     if a.upper().startswith("NVIDIA")})
     if placement.mode == "shared":
         return [f"{n}-SHARED" for n in names]
@@ -667,6 +669,64 @@ def _build(spec: Spec, wi: int, w: Workload, first: bool, placement: _Placement,
                   tuple(warnings), node_groups)
 
 
+def inputs_from_spec(spec: Spec) -> tuple[list, list, list[str]]:
+    """The optimal planner's inputs for `gpuvalues plan`: (`planner.ModelDemand`s,
+    `planner.NodePool`s, notes) from a spec.
+
+    Replicas: ceil(load.peak / throughputPerReplica) when both are given, else
+    autoscaling.minReplicas, else 1. `sharing.migProfile` pins the profile; `whole` pins
+    whole GPUs (or the full MIG profile). Workloads needing several GPUs per replica
+    (gpus > 1 or tensorParallel > 1) are left out with a note: a MIG plan places one
+    instance per replica.
+    """
+    from gpuvalues import planner        # HiGHS + numpy: imported only when planning
+
+    notes: list[str] = []
+    demands: list = []
+    pool_modes: dict[str, set] = {}
+    pool_reps: dict[str, int | None] = {}
+    names = [p.name for p in spec.node_pools]
+    fulls = tuple(sorted({catalog.get_gpu(p.gpu).full_profile.name for p in spec.node_pools
+                          if catalog.get_gpu(p.gpu).full_profile is not None}))
+    for w in spec.workloads:
+        share = spec.sharing_for(w)
+        if w.gpus_per_replica > 1:
+            notes.append(f"workload {w.name}: {w.gpus_per_replica} GPUs per replica (tensor parallel) is planned "
+                         "on whole GPUs outside the MIG plan")
+            continue
+        if w.load is not None and w.throughput_per_replica:
+            replicas = math.ceil(w.load.peak / w.throughput_per_replica)
+        else:
+            replicas = spec.autoscaling.min_replicas or 1
+        allowed = None
+        if share.mig_profile:
+            allowed = (share.mig_profile,)
+        elif share.mode == "whole":
+            allowed = (planner.WHOLE,) + fulls
+        for pn in ([w.node_pool] if w.node_pool else names):
+            if share.mode in ("time-slicing", "mps"):
+                pool_modes.setdefault(pn, set()).add(share.mode)
+                pool_reps[pn] = share.replicas_per_gpu
+        demands.append(planner.ModelDemand(w.name, replicas=replicas, memory_gb=w.memory_gb,
+                                           allowed_profiles=allowed,
+                                           pools=(w.node_pool,) if w.node_pool else None))
+    pools = []
+    for p in spec.node_pools:
+        modes = pool_modes.get(p.name, set())
+        if len(modes) > 1:
+            raise PlanError(f"pool {p.name!r}: workloads ask for both time-slicing and MPS; the device plugin "
+                            "applies one sharing mode per node", field=f"cluster.nodePools.{p.name}")
+        mode = next(iter(modes), None)
+        gpu = catalog.get_gpu(p.gpu)
+        if mode and p.mig and gpu.mig:
+            notes.append(f"pool {p.name}: MIG is on, so {mode} is not used there")
+            mode = None
+        pools.append(planner.NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes, mig_enabled=bool(p.mig),
+                                      sharing=mode, sharing_replicas=pool_reps.get(p.name) if mode else None,
+                                      price_per_gpu=p.price_per_gpu_hour))
+    return demands, pools, notes
+
+
 def _split_image(image: str) -> tuple[str, str, str]:
     """`repo:tag@sha256:...` -> (repo, tag, digest); the schema checked the syntax."""
     digest = ""
@@ -685,7 +745,6 @@ def spec_inventory(spec: Spec, built: Values):
     GFD product and MIG-strategy labels, the node labels `built.node_labels` asks for,
     and allocatable GPUs, MIG devices (from the MIG layout) or shared replicas. CPU and
     memory are left out (gpuvalues.fit treats them as unlimited). For `gpuvalues.fit`."""
-    from gpuvalues import catalog
     from gpuvalues.inventory import GpuInfo, Inventory, Node
 
     nodes = []
@@ -712,8 +771,7 @@ def spec_inventory(spec: Spec, built: Values):
                 for devs in devices:
                     for prof, n in devs.items():
                         mig_profiles[prof] = mig_profiles.get(prof, 0) + n
-                alloc = {f"nvidia.com/mig-{prof.replace('+', '.')}": n
-                         for prof, n in mig_profiles.items()}
+                alloc = {catalog.mig_resource_name(prof): n for prof, n in mig_profiles.items()}
             elif shared:
                 kind, res = shared[0]
                 replicas = res["replicas"]

@@ -260,6 +260,13 @@ def decode(data: bytes, source: str) -> str:
     return text
 
 
+def read_text(path: str | Path) -> str:
+    """The text of a file (`-` reads stdin): UTF-8, or a placed SpecError (missing file,
+    directory, bad byte, NUL) instead of an OSError or UnicodeDecodeError."""
+    data, source = read_source(path)
+    return decode(data, source)
+
+
 def _yaml_error(exc: yaml.YAMLError, text: str, source: str) -> SpecError:
     if isinstance(exc, yaml.reader.ReaderError):
         line, col = _line_col(text, exc.position)

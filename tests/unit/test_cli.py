@@ -172,3 +172,62 @@ def test_validate_reports_builder_errors_with_their_code(capsys):
     assert code == 1
     (f,) = json.loads(out)
     assert (f["code"], f["line"], f["column"], f["path"]) == ("GV012", 9, 5, "workloads[0]")
+
+
+# Inputs that used to escape as tracebacks (found in the review pass): bad YAML or a
+# non-mapping for `fit --values`, and non-UTF-8 files for topo/inventory/fit/simulate.
+@pytest.mark.parametrize("content, message", [
+    (b"a: [1\n", "bad.yaml:2:1: invalid YAML"),
+    (b"- 1\n- 2\n", "bad.yaml:1:1: the values file must be a YAML mapping"),
+    (b"\x00\xff", "bad.yaml:1:2: not UTF-8 text (byte 0xff at offset 1)"),
+])
+def test_fit_values_bad_file_is_one_line_exit_2(capsys, tmp_path, content, message):
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(content)
+    inv = tmp_path / "nodes.json"
+    inv.write_text('{"kind": "List", "items": []}')  # `kubectl get nodes -o json` of no nodes
+    code, out, err = gv(capsys, "fit", "--inventory", inv, "--values", bad)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert err.startswith(f"gpuvalues: error: {tmp_path}/{message}")
+
+
+@pytest.mark.parametrize("argv", [
+    ("topo", "{bad}"),
+    ("inventory", "--inventory", "{bad}"),
+    ("inventory", "--nvidia-smi", "node={bad}"),
+    ("fit", "--inventory", "{nodes}", "--manifests", "{bad}"),
+    ("simulate", "spike", "--replica-rps", "10", "--behavior", "x={bad}"),
+])
+def test_non_utf8_files_are_one_line_exit_2(capsys, tmp_path, argv):
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"GPU0\xff\xfe\n")
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text('{"kind": "List", "items": []}')
+    code, out, err = gv(capsys, *(a.format(bad=bad, nodes=nodes) for a in argv))
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert err.startswith(f"gpuvalues: error: {bad}") and "UTF-8" in err
+
+
+def test_mistyped_kube_version_is_bad_input(capsys, tmp_path):
+    dra = tmp_path / "dra.yaml"
+    dra.write_text("gpu:\n  mode: dra\n")
+    for argv in (("validate", EXAMPLE, "--kube-version", "abc"),      # was ignored (exit 0)
+                 ("validate", "--values", dra, "--kube-version", "abc")):  # was an IndexError
+        code, _, err = gv(capsys, *argv)
+        assert code == 2 and len(err.splitlines()) == 1
+        assert err.startswith("gpuvalues: error: Kubernetes version 'abc' is not 1.MINOR")
+
+
+@pytest.mark.parametrize("argv", [("--best", "9"), ("--best", "0"), ("--best", "3", "--available", "1,2")])
+def test_topo_best_outside_the_available_gpus_is_bad_input(capsys, argv):
+    # The fixture has 8 GPUs; the device plugin would silently allocate nothing.
+    code, out, err = gv(capsys, "topo", ROOT / "examples" / "topology" / "hgx-h100-nv18.txt", *argv)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert err.startswith("gpuvalues: error: best: asked for ")
+
+
+@pytest.mark.parametrize("limit", ["-1", "0", "nan"])
+def test_plan_time_limit_must_be_positive(capsys, limit):
+    code, out, err = gv(capsys, "plan", EXAMPLE, "--time-limit", limit)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert err.startswith("gpuvalues: error: time_limit: time limit must be > 0 seconds")

@@ -1,0 +1,88 @@
+"""Kubernetes syntax rules every module needs: quantities, label keys and values, DNS names,
+versions.
+
+One implementation each, following kubernetes/kubernetes (`apimachinery/pkg/api/resource`
+`quantity.go`; `apimachinery/pkg/util/validation/validation.go`). The predicates return
+True/False so each caller raises its own error with its own advice.
+"""
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+from typing import Any
+
+from gpuvalues.errors import CapacityError, GpuValuesError
+
+# ---------------------------------------------------------------------------- quantities
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?)$")
+_SUFFIX = {
+    None: Fraction(1), "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000),
+    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
+    "P": Fraction(10**15), "E": Fraction(10**18), "Ki": Fraction(2**10), "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30), "Ti": Fraction(2**40), "Pi": Fraction(2**50), "Ei": Fraction(2**60),
+}
+
+
+def parse_quantity(value: Any, field: str | None = None) -> Fraction:
+    """The exact value of a Kubernetes Quantity ("700m", "1.5", "2k", "64Gi", "1e3", 70).
+
+    Raises `CapacityError` (a `ValueError`) naming `field` for anything else.
+    """
+    if isinstance(value, bool):
+        raise CapacityError(f"{value!r} is not a quantity; write a number like 0.7 or 700m", field=field)
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise CapacityError(f"{value!r} is not a finite quantity", field=field)
+        return Fraction(str(value))
+    m = _QUANTITY.match(str(value).strip())
+    if not m:
+        raise CapacityError(f"{value!r} is not a Kubernetes quantity; write e.g. 700m, 0.7, 5, 2k or 64Gi",
+                            field=field)
+    number, exponent, suffix = m.groups()
+    if exponent:
+        return Fraction(number) * Fraction(10) ** int(exponent[1:])
+    return Fraction(number) * _SUFFIX[suffix]
+
+
+# ---------------------------------------------------------------------------- names
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def is_dns_subdomain(text: Any) -> bool:
+    """RFC 1123 subdomain: <= 253 chars of lowercase dot-separated DNS labels."""
+    return isinstance(text, str) and len(text) <= 253 and bool(_DNS_SUBDOMAIN.match(text))
+
+
+def is_label_value(text: Any) -> bool:
+    """A label value: <= 63 chars, alphanumeric at both ends, `-_.` inside (empty is valid)."""
+    return isinstance(text, str) and len(text) <= 63 and bool(_LABEL_VALUE.match(text))
+
+
+def is_label_key(text: Any) -> bool:
+    """A label key: `[prefix/]name`, the prefix a DNS subdomain, the name <= 63 chars."""
+    if not isinstance(text, str):
+        return False
+    prefix, sep, name = text.rpartition("/")
+    return (not sep or is_dns_subdomain(prefix)) and bool(_LABEL_NAME.match(name))
+
+
+# ---------------------------------------------------------------------------- versions
+_VERSION = re.compile(r"^v?1\.([0-9]{1,3})(\.[0-9]{1,3})?$")  # as schemas/spec.schema.json
+
+
+def kube_minor(version: str) -> int:
+    """The minor of a Kubernetes version (`1.34.0`, `v1.34`, `1.34` -> 34).
+
+    Raises `GpuValuesError` for anything else, so a mistyped --kube-version is bad input.
+    """
+    m = _VERSION.match(str(version))
+    if not m:
+        raise GpuValuesError(f"Kubernetes version {version!r} is not 1.MINOR[.PATCH] (e.g. 1.34.0); "
+                             "fix --kube-version or kubernetesVersion")
+    return int(m.group(1))
