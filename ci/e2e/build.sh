@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# Build the e2e control plane from pinned Go modules into .cache/e2e/<component>-<version>/.
+# Idempotent: a component whose binary exists is skipped. GOCACHE/GOMODCACHE stay at Go's
+# defaults (outside the repo), so a fresh clone on the same machine only re-links.
+#
+#   bash ci/e2e/build.sh            # all components
+#   bash ci/e2e/build.sh kube etcd  # some of them (kube, kwok, etcd, crds, adapter)
+#
+# Each component writes <dir>/build-seconds (wall time of its last build).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+HERE="$ROOT/ci/e2e"
+_etcd_source=${ETCD_SOURCE:-}  # an ETCD_SOURCE from the environment wins over versions.env
+# shellcheck source=versions.env
+. "$HERE/versions.env"
+ETCD_SOURCE=${_etcd_source:-$ETCD_SOURCE}
+CACHE=${E2E_CACHE:-$ROOT/.cache/e2e}
+GO=${GO:-go}
+PARALLEL=${E2E_BUILD_PARALLEL:-2}
+export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--buildvcs=false}" GOTOOLCHAIN=local
+BUILD_FLAGS=(-p "$PARALLEL" -trimpath)
+
+die() { echo "e2e build: $*" >&2; exit 1; }
+command -v "$GO" >/dev/null || die "Go not found (need Go >= 1.25 on PATH or GO=/path/to/go)"
+mkdir -p "$CACHE"
+rm -rf "$CACHE"/.tmp-*  # logs of earlier failed builds
+
+# run_build <name> <version> <function>: skip when cached, else build into a temp dir and
+# move it into place only on success (no half-built cache entry).
+run_build() {
+  local name=$1 version=$2 fn=$3 dir="$CACHE/$1-$2"
+  if [ -x "$dir/bin/$name" ]; then
+    echo "e2e build: $name $version cached at $dir"
+    return 0
+  fi
+  echo "e2e build: building $name $version ..."
+  local tmp start end
+  tmp=$(mktemp -d "$CACHE/.tmp-$name-XXXXXX")
+  start=$(date +%s)
+  # In the background, not under `if`: bash ignores `set -e` inside an if condition, even
+  # in subshells, and a failed step must stop the build function.
+  ( "$fn" "$version" "$tmp" ) >"$tmp/build.log" 2>&1 &
+  if ! wait $! || [ ! -x "$tmp/bin/$name" ]; then
+    tail -n 40 "$tmp/build.log" >&2
+    die "$name $version failed to build (full log: $tmp/build.log)"
+  fi
+  end=$(date +%s)
+  echo $((end - start)) >"$tmp/build-seconds"
+  chmod 755 "$tmp"
+  rm -rf "$dir"
+  mv "$tmp" "$dir"
+  echo "e2e build: $name $version built in $((end - start)) s -> $dir/bin/$name"
+}
+
+# kube-apiserver, kube-controller-manager, kube-scheduler as one multi-call binary.
+build_kube() {
+  local v=$1 out=$2 src="$2/src"
+  mkdir -p "$src" "$out/bin"
+  cp "$HERE/kube/main.go" "$src/"
+  # k8s.io/kubernetes replaces every staging module with ./staging/...; replaces only
+  # work in the main module, so list them here, pointing at the published v0.X.Y tags.
+  local gomod
+  gomod=$("$GO" mod download -json "k8s.io/kubernetes@v$v" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
+  [ -f "$gomod" ] || die "could not download k8s.io/kubernetes@v$v from the Go module proxy"
+  local staging godebug
+  staging=$(sed -n 's#^\t\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\1#p' "$gomod")
+  [ -n "$staging" ] || die "no staging replaces found in $gomod"
+  godebug=$(grep -m1 '^godebug ' "$gomod" || true)
+  {
+    echo "module gpu-inference.local/e2e/kube"
+    echo
+    grep -m1 '^go ' "$gomod"
+    [ -n "$godebug" ] && echo "$godebug"
+    echo
+    echo "require k8s.io/kubernetes v$v"
+    echo
+    echo "replace ("
+    for m in $staging; do echo "	$m => $m v0.${v#1.}"; done
+    echo ")"
+  } >"$src/go.mod"
+  echo "staging modules: $(echo $staging | wc -w)"
+  cat "$src/go.mod"
+  (cd "$src" && "$GO" mod tidy)
+  local maj=${v%%.*} rest=${v#*.} min ldv=()
+  min=${rest%%.*}
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldv+=("-X '$pkg.gitVersion=v$v'" "-X '$pkg.gitMajor=$maj'" "-X '$pkg.gitMinor=$min'"
+          "-X '$pkg.gitTreeState=clean'" "-X '$pkg.gitCommit=v$v-module'"
+          "-X '$pkg.buildDate=1970-01-01T00:00:00Z'")
+  done
+  (cd "$src" && "$GO" build "${BUILD_FLAGS[@]}" -ldflags "-s -w ${ldv[*]}" -o "$out/bin/kube" .)
+  for c in kube-apiserver kube-controller-manager kube-scheduler; do ln -sf kube "$out/bin/$c"; done
+  "$out/bin/kube-apiserver" --version
+}
+
+# kwok v0.8.0 has no replace directives: a plain module build works.
+build_kwok() {
+  local v=$1 out=$2
+  mkdir -p "$out/bin"
+  GOBIN="$out/bin" "$GO" install "${BUILD_FLAGS[@]}" \
+    -ldflags "-s -w -X 'sigs.k8s.io/kwok/pkg/consts.Version=$v'" "sigs.k8s.io/kwok/cmd/kwok@$v"
+  "$out/bin/kwok" --version
+}
+
+# etcd server: its go.mod replaces ../api etc., so `go install @v` fails; a wrapper module
+# that requires go.etcd.io/etcd/server/v3 and builds its main package works.
+build_etcd() {
+  local v=$1 out=$2 src="$2/src"
+  mkdir -p "$src" "$out/bin"
+  cat >"$src/go.mod" <<EOM
+module gpu-inference.local/e2e/etcd
+
+go 1.25.0
+
+require go.etcd.io/etcd/server/v3 v$v
+EOM
+  cat >"$src/tools.go" <<'EOM'
+//go:build tools
+
+package tools
+
+import _ "go.etcd.io/etcd/server/v3"
+EOM
+  (cd "$src" && "$GO" mod tidy -e && "$GO" build "${BUILD_FLAGS[@]}" -ldflags "-s -w" -o "$out/bin/etcd" go.etcd.io/etcd/server/v3)
+  "$out/bin/etcd" --version
+}
+
+# etcd from Debian: the signed apt index pins the package; extract it without installing.
+build_etcd_debian() {
+  local v=${1#debian-} out=$2
+  command -v apt-get >/dev/null || die "apt-get not found: use ETCD_SOURCE=module to build etcd from Go modules"
+  mkdir -p "$out/bin" "$out/deb"
+  (cd "$out/deb" && apt-get download "etcd-server=$v") \
+    || die "apt-get download etcd-server=$v failed (run apt-get update, or ETCD_SOURCE=module)"
+  dpkg-deb -x "$out"/deb/etcd-server_*.deb "$out/deb/root"
+  cp "$out/deb/root/usr/bin/etcd" "$out/bin/etcd"
+  rm -rf "$out/deb"
+  "$out/bin/etcd" --version
+}
+
+# prometheus-adapter: the proxy here serves the v0.12.0 module but not its version list,
+# which `go install pkg@v` reads for deprecation notices; a wrapper module only downloads.
+build_adapter() {
+  local v=$1 out=$2 src="$2/src"
+  mkdir -p "$src" "$out/bin"
+  cat >"$src/go.mod" <<EOM
+module gpu-inference.local/e2e/adapter
+
+go 1.22.1
+
+require sigs.k8s.io/prometheus-adapter $v
+EOM
+  cat >"$src/tools.go" <<'EOM'
+//go:build tools
+
+package tools
+
+import _ "sigs.k8s.io/prometheus-adapter/cmd/adapter"
+EOM
+  (cd "$src" && "$GO" mod tidy && "$GO" build "${BUILD_FLAGS[@]}" -ldflags "-s -w" \
+    -o "$out/bin/adapter" sigs.k8s.io/prometheus-adapter/cmd/adapter)
+}
+
+# Upstream CRDs (real schemas, so the API server validates the chart's objects): copied
+# from the Go module zips of prometheus-operator and KEDA, which carry the CRD YAML files.
+build_crds() {
+  local out=$2 po ke
+  mkdir -p "$out/bin"
+  po=$("$GO" mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  ke=$("$GO" mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  [ -d "$po" ] && [ -d "$ke" ] || die "could not download the CRD source modules"
+  for f in monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_podmonitors.yaml \
+           monitoring.coreos.com_prometheusrules.yaml; do
+    cp "$po/example/prometheus-operator-crd/$f" "$out/"
+  done
+  for f in keda.sh_scaledobjects.yaml keda.sh_triggerauthentications.yaml; do
+    cp "$ke/config/crd/bases/$f" "$out/"
+  done
+  ls "$out"/*.yaml > "$out/bin/crds"  # the marker run_build looks for
+  chmod +x "$out/bin/crds"
+}
+
+components=("$@")
+[ ${#components[@]} -gt 0 ] || components=(kube kwok etcd crds adapter)
+total_start=$(date +%s)
+for c in "${components[@]}"; do
+  case $c in
+    kube) run_build kube "$K8S_VERSION" build_kube ;;
+    kwok) run_build kwok "$KWOK_VERSION" build_kwok ;;
+    etcd)
+      case $ETCD_SOURCE in
+        debian) run_build etcd "debian-$ETCD_DEBIAN_VERSION" build_etcd_debian ;;
+        module) run_build etcd "$ETCD_MODULE_VERSION" build_etcd ;;
+        *) die "ETCD_SOURCE must be debian or module" ;;
+      esac ;;
+    adapter) run_build adapter "$ADAPTER_VERSION" build_adapter ;;
+    crds) run_build crds "po-$PROMETHEUS_OPERATOR_VERSION-keda-$KEDA_VERSION" build_crds ;;
+    *) die "unknown component '$c' (kube, kwok, etcd, crds, adapter)" ;;
+  esac
+done
+echo "e2e build: done in $(( $(date +%s) - total_start )) s (cache: $CACHE)"

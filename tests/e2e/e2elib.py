@@ -1,0 +1,190 @@
+"""Helpers for the e2e tests: chart values, scenario prerequisites, and what a GPU pod's
+node must offer -- derived from the scenario's *values* (the user's intent), not from the
+rendered pod spec, so a template that requests the wrong thing is caught."""
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Mapping
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "gpu-inference"
+HELM = ROOT / ".tools" / "bin" / "helm"
+SCENARIOS = sorted((CHART / "ci").glob("*-values.yaml"))
+GPU_TAINT_KEY = "nvidia.com/gpu"
+GPU_PRESENT = "nvidia.com/gpu.present"
+
+
+def deep_merge(base: dict, over: Mapping) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in (over or {}).items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def effective_values(values_file: Path | None = None, extra: Mapping | None = None) -> dict:
+    """Chart defaults, then the scenario file, then `extra` (as helm -f, --set-json would)."""
+    vals = yaml.safe_load((CHART / "values.yaml").read_text()) or {}
+    if values_file is not None:
+        vals = deep_merge(vals, yaml.safe_load(values_file.read_text()) or {})
+    return deep_merge(vals, extra or {})
+
+
+def render(release: str, namespace: str, values_files: list[Path], extra: Mapping | None = None) -> list[dict]:
+    """`helm template` with the same inputs as the install; the objects it renders."""
+    cmd = [str(HELM), "template", release, str(CHART), "-n", namespace]
+    for f in values_files:
+        cmd += ["-f", str(f)]
+    if extra:
+        cmd += ["-f", "-"]
+    res = subprocess.run(cmd, input=json.dumps(extra) if extra else None, capture_output=True, text=True)
+    assert res.returncode == 0, f"helm template failed:\n{res.stderr}"
+    return [d for d in yaml.safe_load_all(res.stdout) if d]
+
+
+def gpu_resource(values: Mapping) -> tuple[str | None, int]:
+    """(extended resource, count per pod) the values ask for; (None, n) for DRA."""
+    gpu = values["gpu"]
+    mode, count = gpu["mode"], int(gpu.get("count", 1))
+    if mode == "whole":
+        return gpu.get("resourceName", "nvidia.com/gpu"), count
+    if mode == "mig":
+        if gpu["mig"].get("strategy", "mixed") == "single":
+            return "nvidia.com/gpu", count
+        return "nvidia.com/mig-" + gpu["mig"]["profile"].replace("+", "."), count
+    if mode == "shared":
+        return gpu["shared"]["resourceName"], count
+    return None, count
+
+
+def nvlink_size(label: str | None) -> int:
+    m = re.fullmatch(r"NV(\d+)", label or "")
+    return int(m.group(1)) if m else 0
+
+
+def placement_problems(pod: Mapping, node: Mapping, values: Mapping) -> list[str]:
+    """Why `node` is the wrong place for this inference pod (empty list: it is right)."""
+    problems = []
+    labels = node["metadata"].get("labels", {})
+    alloc = node["status"].get("allocatable", {})
+    taints = node.get("spec", {}).get("taints", [])
+    res, count = gpu_resource(values)
+    if not any(t["key"] == GPU_TAINT_KEY for t in taints):
+        problems.append("node is not a GPU node (no nvidia.com/gpu taint)")
+    if res is not None:
+        limits = {}
+        for c in pod["spec"]["containers"]:
+            for k, v in (c.get("resources", {}).get("limits") or {}).items():
+                limits[k] = limits.get(k, 0) + int(v) if k.startswith("nvidia.com/") else v
+        if limits.get(res) != count:
+            problems.append(f"pod limits {res}={limits.get(res)}, values ask for {count}")
+        if int(alloc.get(res, 0)) < count:
+            problems.append(f"node does not advertise {count} {res} (allocatable {alloc.get(res, 0)})")
+    products = values.get("gpuProducts") or []
+    if products and labels.get("nvidia.com/gpu.product") not in products:
+        problems.append(f"product {labels.get('nvidia.com/gpu.product')} not in gpuProducts {products}")
+    topo = values.get("topology", {})
+    key = topo.get("key", "nvidia.com/gpu.topology")
+    if topo.get("values") and labels.get(key) not in topo["values"]:
+        problems.append(f"{key}={labels.get(key)} not in topology.values {topo['values']}")
+    if values["gpu"]["mode"] == "whole" and count > 1 and nvlink_size(labels.get(key)) < count:
+        problems.append(f"{count}-GPU pod on a node whose NVLink group is {labels.get(key)!r}")
+    for k, v in (values.get("nodeSelector") or {}).items():
+        if labels.get(k) != v:
+            problems.append(f"nodeSelector {k}={v} not met")
+    return problems
+
+
+def pod_is_ready(pod: Mapping) -> bool:
+    return pod["status"].get("phase") == "Running" and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+
+
+def unschedulable_message(pod: Mapping) -> str | None:
+    for c in pod["status"].get("conditions", []):
+        if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == "Unschedulable":
+            return c.get("message", "")
+    return None
+
+
+def selector_string(match_labels: Mapping[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(match_labels.items()))
+
+
+def expected_replicas(objects: list[dict], deployment: Mapping) -> int:
+    """Replicas the Deployment settles at with no metrics: the HPA's minReplicas (the HPA
+    controller raises a Deployment below it without reading metrics), else spec.replicas,
+    else 1 (the API default; e.g. under KEDA, which does not run here)."""
+    name = deployment["metadata"]["name"]
+    for o in objects:
+        if o["kind"] == "HorizontalPodAutoscaler" and o["spec"]["scaleTargetRef"]["name"] == name:
+            return int(o["spec"].get("minReplicas", 1))
+    return int(deployment["spec"].get("replicas", 1))
+
+
+def is_gpu_workload(deployment: Mapping) -> bool:
+    spec = deployment["spec"]["template"]["spec"]
+    if spec.get("resourceClaims"):
+        return True
+    return any(k.startswith("nvidia.com/") for c in spec.get("containers", [])
+               for k in (c.get("resources", {}).get("limits") or {}))
+
+
+def prerequisites(values: Mapping, namespace: str) -> list[dict]:
+    """Objects the scenario expects to exist already (a cluster admin's job, not the
+    chart's): the model PVC (with a pre-bound PV), the hub-token Secret, the PriorityClass."""
+    objs: list[dict] = []
+    model = values.get("model", {})
+    if model.get("source") == "pvc" and model.get("pvc", {}).get("claimName"):
+        claim = model["pvc"]["claimName"]
+        pv = f"{namespace}-{claim}"[:63]
+        objs.append({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+                     "spec": {"capacity": {"storage": "1Ti"}, "accessModes": ["ReadOnlyMany", "ReadWriteOnce"],
+                              "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
+                              "hostPath": {"path": f"/models/{claim}"},
+                              "claimRef": {"namespace": namespace, "name": claim}}})
+        objs.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                     "metadata": {"name": claim, "namespace": namespace},
+                     "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": pv,
+                              "resources": {"requests": {"storage": "1Ti"}}}})
+    token = model.get("token", {})
+    if token.get("secretName"):
+        objs.append({"apiVersion": "v1", "kind": "Secret",
+                     "metadata": {"name": token["secretName"], "namespace": namespace},
+                     "stringData": {token.get("secretKey", "token"): "e2e-not-a-real-token"}})
+    if values.get("priorityClassName"):
+        objs.append({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                     "metadata": {"name": values["priorityClassName"]}, "value": 100000})
+    return objs
+
+
+def dra_objects(nodes: list[Mapping], device_class: str) -> list[dict]:
+    """What the NVIDIA DRA driver would publish (it cannot run here): the DeviceClass and
+    one ResourceSlice per whole-GPU node, one device per GPU, with the productName
+    attribute. The scheduler's DRA allocator that consumes them is the real one."""
+    driver = "gpu.nvidia.com"
+    objs = [{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": device_class},
+             "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{driver}'"}}]}}]
+    for n in nodes:
+        labels = n["metadata"].get("labels", {})
+        gpus = int(n["status"]["allocatable"].get("nvidia.com/gpu", 0))
+        if not gpus:
+            continue
+        name = n["metadata"]["name"]
+        objs.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                     "metadata": {"name": f"{name}-{driver}"},
+                     "spec": {"driver": driver, "nodeName": name,
+                              "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                              "devices": [{"name": f"gpu-{i}", "attributes": {
+                                  "productName": {"string": labels.get("nvidia.com/gpu.product", "")},
+                                  "type": {"string": "gpu"}, "index": {"int": i}},
+                                  "capacity": {"memory": {"value": "80Gi"}}} for i in range(gpus)]}})
+    return objs
