@@ -5,7 +5,7 @@ renders `spec.replicas` under an autoscaler is shown, not assumed: with Helm 4's
 server-side apply, an upgrade after someone else scaled the Deployment conflicts on
 `.spec.replicas` exactly when the chart renders it.
 
-Also marked e2e (it needs `bash ci/e2e/build.sh`; without the binaries it FAILS, never
+Marked e2e (it needs `bash ci/e2e/build.sh`; without the binaries it FAILS, never
 skips). Scaling is done with `kubectl scale` (the scale subresource, as the HPA controller
 does); no metrics pipeline is needed for that.
 """
@@ -21,7 +21,7 @@ import pytest
 from tests.chart.test_workload import SCENARIOS, scenario_file
 from tests.conftest import CHART, ROOT, TOOLS
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.e2e  # also set by the directory; kept for a direct run
 
 
 def _harness():
