@@ -415,8 +415,10 @@ def _autoscaling(spec: Spec, wi: int, w: Workload, placement: _Placement,
                 w.load.base if w.load.base is not None else w.load.peak / 4, w.load.peak,
                 w.throughput_per_replica, gpus_per_replica=units_per_replica,
                 gpu_mode=placement.mode, server_type=w.server, prefer=prefer,
-                server_metric=server_metric, max_queue_wait_s=_queue_budget(w))
+                server_metric=server_metric, max_queue_wait_s=_queue_budget(w),
+                request_latency_s=w.slo.latency_ms / 1000 if w.slo.latency_ms else None)
             metric = plan.metric
+            companion = plan.companion if a.metric == "choose" else None
             lo, hi = plan.min_replicas, plan.max_replicas
             if a.min_replicas is None or a.max_replicas is None:
                 decisions.append(f"replicas {lo}..{hi} from the M/M/c model (peak "
@@ -426,6 +428,7 @@ def _autoscaling(spec: Spec, wi: int, w: Workload, placement: _Placement,
         else:
             metric = autoscaling.choose_metric(placement.mode, w.server, prefer=prefer,
                                                server_metric=server_metric)
+            companion = None
             lo, hi = DEFAULT_MIN_REPLICAS, DEFAULT_MAX_REPLICAS
             if a.min_replicas is None or a.max_replicas is None:
                 decisions.append(f"replicas {lo}..{hi}: defaults (give load and "
@@ -452,10 +455,15 @@ def _autoscaling(spec: Spec, wi: int, w: Workload, placement: _Placement,
     if a.min_replicas is not None or a.max_replicas is not None:
         decisions.append(f"replicas {lo}..{hi}" + (" as the spec sets" if a.min_replicas
                          is not None and a.max_replicas is not None else " (spec and model)"))
-    out.update({"minReplicas": lo, "maxReplicas": hi,
-                "metrics": [{"name": metric.name, "target": a.target or metric.target}]})
+    metrics = [{"name": metric.name, "target": a.target or metric.target}]
     decisions.append(f"scale on {metric.name} (target {a.target or metric.target}): "
                      f"{metric.reason}")
+    if companion is not None:
+        # The waiting queue is 0 while capacity suffices; without the running count the
+        # HPA drifts to minReplicas under steady load and saws (see `gpuvalues simulate`).
+        metrics.append({"name": companion.name, "target": companion.target})
+        decisions.append(f"and on {companion.name} (target {companion.target}): {companion.reason}")
+    out.update({"minReplicas": lo, "maxReplicas": hi, "metrics": metrics})
     if a.engine == "keda":
         # KEDA's fallback (replicas while Prometheus is unreachable) must lie within
         # min..max; the chart's default is 2.

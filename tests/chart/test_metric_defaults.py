@@ -16,18 +16,15 @@ import pytest
 from gpuvalues.autoscaling import choose_metric
 from gpuvalues.errors import CapacityError
 from tests.chart.chartlib import by_kind, template
+from tests.chart.test_workload import _combo_values
 import yaml
 
 
 def _values(mode: str, server: str) -> dict[str, str]:
-    v = {"gpu.mode": mode, "server.type": server, "autoscaling.engine": "hpa"}
-    if server == "custom":
-        v.update({"server.image.repository": "registry.example/server", "server.image.tag": "1.0.0"})
-    if server == "triton":
-        v.update({"model.source": "pvc", "model.pvc.claimName": "model-repo"})
-    if mode == "shared" and server == "vllm":
-        v["server.args[0]"] = "--gpu-memory-utilization=0.3"
-    return v
+    # The combination values of the chart's own tests, minus any explicit metric: the
+    # point here is the default.
+    v = _combo_values(mode, server, "hpa")
+    return {k: x for k, x in v.items() if not k.startswith("autoscaling.metrics")}
 
 
 def _expected(mode: str, server: str):

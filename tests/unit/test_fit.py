@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from gpuvalues.errors import CapacityError
 from gpuvalues.fit import fit, fit_error, load_manifests, report_table, workloads_from_manifests
 from gpuvalues.inventory import Inventory, Node, Taint
+from tests.unit.corrupt import corrupt
 
 GPU = "nvidia.com/gpu"
 TOLERATE_GPU = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
@@ -516,8 +517,6 @@ def test_node_name_filter():
                         "1 node(s) didn't match the requested node name.")
 
 
-junk = st.one_of(st.none(), st.integers(-3, 3), st.text(max_size=4), st.lists(st.integers(), max_size=2),
-                 st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
 
 
 @settings(max_examples=200, deadline=None)
@@ -525,16 +524,7 @@ junk = st.one_of(st.none(), st.integers(-3, 3), st.text(max_size=4), st.lists(st
 def test_malformed_manifests_give_a_capacity_error_or_a_report(data):
     objs = [deployment(gpus=2, tolerations=[TOLERATE_GPU], affinity=_anti({"matchLabels": {"a": "b"}})), hpa()]
     for _ in range(data.draw(st.integers(1, 3))):
-        obj = objs[data.draw(st.integers(0, 1))]
-        path = []
-        cur = obj
-        while isinstance(cur, (dict, list)) and cur and data.draw(st.booleans()):
-            key = data.draw(st.sampled_from(sorted(cur) if isinstance(cur, dict) else list(range(len(cur)))))
-            path.append((cur, key))
-            cur = cur[key]
-        if path:
-            parent, key = path[-1]
-            parent[key] = data.draw(junk)
+        corrupt(data, objs[data.draw(st.integers(0, 1))])
     try:
         fit(objs, inv(node("a")))
     except CapacityError as exc:

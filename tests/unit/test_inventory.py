@@ -23,6 +23,7 @@ from gpuvalues.inventory import (
     INVENTORY_SCHEMA, GpuInfo, Inventory, Node, Taint, from_kubectl_json, from_kubernetes, from_nvidia_smi,
     inventory_from_sources, load_inventory, node_from_nvidia_smi, parse_quantity, resource_amount)
 from gpuvalues.topology import Topology
+from tests.unit.corrupt import corrupt
 
 DATA = Path(__file__).parent / "data" / "topo"
 SCHEMA = json.loads(INVENTORY_SCHEMA.read_text())
@@ -324,8 +325,6 @@ def test_mig_resource_names_with_attributes_round_trip():
     assert Inventory.from_dict(inv.to_dict()) == inv
 
 
-junk = st.one_of(st.none(), st.integers(-3, 3), st.text(max_size=4), st.lists(st.integers(), max_size=2),
-                 st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2))
 
 
 @settings(max_examples=200, deadline=None)
@@ -333,14 +332,7 @@ junk = st.one_of(st.none(), st.integers(-3, 3), st.text(max_size=4), st.lists(st
 def test_malformed_nodes_give_an_inventory_error_or_an_inventory(data):
     doc = json.loads(json.dumps(NODE_LIST))
     for _ in range(data.draw(st.integers(1, 3))):
-        cur, path = doc, []
-        while isinstance(cur, (dict, list)) and cur and data.draw(st.booleans()):
-            key = data.draw(st.sampled_from(sorted(cur) if isinstance(cur, dict) else list(range(len(cur)))))
-            path.append((cur, key))
-            cur = cur[key]
-        if path:
-            parent, key = path[-1]
-            parent[key] = data.draw(junk)
+        corrupt(data, doc)
     try:
         inv = from_kubectl_json(doc)
     except InventoryError as exc:

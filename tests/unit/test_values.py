@@ -279,3 +279,16 @@ def test_latency_slo_bounds_the_queue_wait():
     # peak 2 req/s x 1.2 headroom at 1 req/s per replica; mean wait <= 1 s vs <= 10 ms
     assert loose["maxReplicas"] == replicas_oracle(2.4, 1) == 5
     assert tight["maxReplicas"] == replicas_oracle(2.4, 1, wait_max=Fraction(1, 100)) == 7
+
+
+def test_vllm_queue_metric_gets_the_running_companion_when_the_slo_is_known():
+    # examples/single-a100.yaml: 3 req/s per replica within a 2 s latency SLO. By Little's
+    # law a replica at full rate holds 3 x 2 = 6 requests in flight, so the design target
+    # for vllm:num_requests_running lies in [1, 6]; the HPA scales on the larger signal.
+    v = build_values(load_spec(ROOT / "examples" / "single-a100.yaml"))
+    metrics = v.values["autoscaling"]["metrics"]
+    assert [m["name"] for m in metrics] == ["vllm:num_requests_waiting", "vllm:num_requests_running"]
+    assert 1 <= float(metrics[1]["target"]) <= 6
+    # without an SLO latency there is no basis for the running target: the queue alone
+    builtin = build_values(load_spec(BUILTIN)).values["autoscaling"]["metrics"]
+    assert [m["name"] for m in builtin] == ["vllm:num_requests_waiting"]
