@@ -14,7 +14,7 @@ from gpuvalues import __version__, output, render
 from gpuvalues.errors import GpuValuesError
 
 
-# --- shared options and conventions (owned by issue 8; used by every subcommand) ---
+# Shared options and conventions, used by every subcommand.
 def add_common_options(p: argparse.ArgumentParser, *, top: bool = False) -> None:
     """--output/--quiet/--debug/--progress, accepted before or after the subcommand."""
     d = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
@@ -69,10 +69,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
-# --- end shared options and conventions ---
 
 
-# --- values, validate, update commands (issue 8) ---
+# values, validate, update
 def cmd_values(args: argparse.Namespace) -> int:
     """`gpuvalues values`: spec -> chart values (and node-side configs with --artifacts)."""
     from gpuvalues import pipeline
@@ -121,11 +120,103 @@ def cmd_update(args: argparse.Namespace) -> int:
         say(args, str(w))
     say(args, f"updated {args.file}: {', '.join(changes)}")
     return 0
-# --- end values, validate, update commands ---
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """`gpuvalues plan`: the optimal MIG / sharing plan of a spec, with layouts and baselines."""
+    from gpuvalues import fileio, mig, pipeline, planner
+
+    result, pictures, notes = pipeline.planned(
+        args.spec, objective=args.objective or "gpus", baselines=not args.no_baselines,
+        time_limit=args.time_limit, progress=lambda m: progress(args, m))
+    if args.svg:
+        fileio.write_atomic(args.svg, mig.layouts_svg([(t, L) for t, _, L in pictures]))
+    for n in notes:
+        say(args, f"gpuvalues: note: {n}")
+    emit(args, result.to_dict(),
+         lambda d: planner.plan_table(d, [(t, pic) for t, pic, _ in pictures]))
+    return 0
+
+
+def cmd_topo(args: argparse.Namespace) -> int:
+    """`gpuvalues topo`: NVLink cliques, labels and the best GPU set from `nvidia-smi topo -m`."""
+    from gpuvalues import topology, yamlio
+
+    topo = topology.parse_topo_matrix(yamlio.read_text(args.file), source=args.file)
+    emit(args, topology.topology_report(topo, best=args.best, available=args.available, prefix=args.prefix,
+                                        key=args.key, count_nvswitch_links=args.count_nvswitch_links),
+         topology.topology_table)
+    return 0
+
+
+def _inventory(args: argparse.Namespace):
+    """The Inventory the --inventory/--kubeconfig/--nvidia-smi options describe."""
+    from gpuvalues import inventory
+
+    return inventory.inventory_from_sources(inventory=args.inventory, kubeconfig=args.kubeconfig,
+                                            context=args.context, nvidia_smi=args.nvidia_smi or (),
+                                            label_selector=args.selector)
+
+
+def cmd_inventory(args: argparse.Namespace) -> int:
+    """`gpuvalues inventory`: a cluster inventory from kubectl JSON, a live cluster or nvidia-smi."""
+    from gpuvalues import fileio, inventory, yamlio
+
+    data = _inventory(args).to_dict()
+    if args.out:
+        fileio.write_atomic(args.out, yamlio.dump(data))
+        say(args, f"wrote {args.out} ({len(data['nodes'])} nodes)")
+    else:
+        emit(args, data, inventory.inventory_table)
+    return 0
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    """`gpuvalues fit`: do min and max replicas schedule? Exit 1 when not."""
+    from gpuvalues import fit, pipeline
+
+    report = pipeline.fit_report(_inventory(args), manifests=args.manifests, values=args.values,
+                                 helm=args.helm, kube_version=args.kube_version,
+                                 progress=lambda m: progress(args, m))
+    emit(args, report.to_dict(), fit.report_table)
+    return 0 if report.fits else 1
+
+
+def _inventory_options(p: argparse.ArgumentParser) -> None:
+    """The options that say where the inventory comes from (inventory, fit)."""
+    p.add_argument("--inventory", metavar="FILE",
+                   help="inventory file (schemas/inventory.schema.json) or `kubectl get nodes -o json` output")
+    p.add_argument("--kubeconfig", metavar="PATH", help="read the nodes of a live cluster")
+    p.add_argument("--context", help="kubeconfig context (live cluster)")
+    p.add_argument("--selector", metavar="LABELS", help="label selector for live nodes, e.g. nvidia.com/gpu.present=true")
+    p.add_argument("--nvidia-smi", action="append", metavar="NODE=QUERY.csv[:TOPO.txt]",
+                   help="per node: `nvidia-smi --query-gpu=index,name,memory.total,mig.mode.current "
+                        "--format=csv` output, optionally `nvidia-smi topo -m` output; repeatable")
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """`gpuvalues simulate`: replay a load trace through the capacity model and the HPA."""
+    from gpuvalues import simulate
+
+    trace = simulate.load_trace(args.trace)
+    behaviors = simulate.load_behaviors(args.behavior, args.startup_s) if args.behavior else None
+    progress(args, f"replaying {args.trace} ({len(trace.times_s)} points)")
+    report = simulate.plan_and_simulate(
+        trace, replica_rps=args.replica_rps, gpus_per_replica=args.gpus_per_replica,
+        gpu_mode=args.gpu_mode, server_type=args.server, min_replicas=args.min_replicas,
+        max_replicas=args.max_replicas, metrics=args.metrics, behaviors=behaviors,
+        startup_s=args.startup_s, metric_lag_s=args.metric_lag_s, sync_s=args.sync_s,
+        queue_wait_slo_s=args.queue_wait_slo_s, request_latency_s=args.request_latency_s,
+        inventory_gpus=args.inventory_gpus)
+    if args.plot:
+        simulate.plot(report.results, args.plot, metric_label=report.config.metrics[0].kind)
+        say(args, f"wrote {args.plot}")
+    emit(args, report.as_dict(series=args.series), simulate.report_table)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of every subcommand (each planner registers its own block)."""
+    """The argparse parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="gpuvalues", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"gpuvalues {__version__}")
     add_common_options(parser, top=True)
@@ -143,22 +234,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write one file per object into DIR (atomically) instead of stdout")
     p.set_defaults(func=cmd_render)
 
-    # Each subcommand registers itself below, in its own block (one per planner).
-    # --- plan (MIG / sharing planner) ---
-    def cmd_plan(args: argparse.Namespace) -> int:
-        from gpuvalues import fileio, mig, pipeline, planner
-
-        result, pictures, notes = pipeline.planned(
-            args.spec, objective=args.objective or "gpus", baselines=not args.no_baselines,
-            time_limit=args.time_limit, progress=lambda m: progress(args, m))
-        if args.svg:
-            fileio.write_atomic(args.svg, mig.layouts_svg([(t, L) for t, _, L in pictures]))
-        for n in notes:
-            say(args, f"gpuvalues: note: {n}")
-        emit(args, result.to_dict(),
-             lambda d: planner.plan_table(d, [(t, pic) for t, pic, _ in pictures]))
-        return 0
-
     p = sub.add_parser("plan", help="optimal MIG / sharing plan: fewest GPUs, layouts, mig-parted and "
                                     "device-plugin configs, LP bound and baselines")
     p.add_argument("spec", help="spec file (`-` for stdin)")
@@ -168,54 +243,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-baselines", action="store_true", help="skip the whole-GPU/all-balanced/all-1g baselines")
     p.add_argument("--time-limit", type=float, default=30.0, help="solver time limit in seconds (default 30)")
     p.set_defaults(func=cmd_plan)
-    # --- end plan ---
-    # --- topo, fit (topology, inventory, fit check) ---
-    def cmd_topo(args: argparse.Namespace) -> int:
-        from gpuvalues import topology, yamlio
-
-        topo = topology.parse_topo_matrix(yamlio.read_text(args.file), source=args.file)
-        emit(args, topology.topology_report(topo, best=args.best, available=args.available, prefix=args.prefix,
-                                            key=args.key, count_nvswitch_links=args.count_nvswitch_links),
-             topology.topology_table)
-        return 0
-
-    def _inventory(args: argparse.Namespace):
-        from gpuvalues import inventory
-
-        return inventory.inventory_from_sources(inventory=args.inventory, kubeconfig=args.kubeconfig,
-                                                context=args.context, nvidia_smi=args.nvidia_smi or (),
-                                                label_selector=args.selector)
-
-    def cmd_inventory(args: argparse.Namespace) -> int:
-        from gpuvalues import fileio, inventory, yamlio
-
-        data = _inventory(args).to_dict()
-        if args.out:
-            fileio.write_atomic(args.out, yamlio.dump(data))
-            say(args, f"wrote {args.out} ({len(data['nodes'])} nodes)")
-        else:
-            emit(args, data, inventory.inventory_table)
-        return 0
-
-    def cmd_fit(args: argparse.Namespace) -> int:
-        from gpuvalues import fit, pipeline
-
-        report = pipeline.fit_report(_inventory(args), manifests=args.manifests, values=args.values,
-                                     helm=args.helm, kube_version=args.kube_version,
-                                     progress=lambda m: progress(args, m))
-        emit(args, report.to_dict(), fit.report_table)
-        return 0 if report.fits else 1
-
-    def _inventory_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--inventory", metavar="FILE",
-                       help="inventory file (schemas/inventory.schema.json) or `kubectl get nodes -o json` output")
-        p.add_argument("--kubeconfig", metavar="PATH", help="read the nodes of a live cluster")
-        p.add_argument("--context", help="kubeconfig context (live cluster)")
-        p.add_argument("--selector", metavar="LABELS", help="label selector for live nodes, e.g. nvidia.com/gpu.present=true")
-        p.add_argument("--nvidia-smi", action="append", metavar="NODE=QUERY.csv[:TOPO.txt]",
-                       help="per node: `nvidia-smi --query-gpu=index,name,memory.total,mig.mode.current "
-                            "--format=csv` output, optionally `nvidia-smi topo -m` output; repeatable")
-
     p = sub.add_parser("topo", help="parse `nvidia-smi topo -m`: NVLink cliques, node labels, best GPU set")
     p.add_argument("file", metavar="TOPO", help="saved `nvidia-smi topo -m` output ('-' for stdin)")
     p.add_argument("--best", type=int, metavar="N", help="GPUs the device plugin would give a pod asking for N")
@@ -245,27 +272,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kube-version", help=f"Kubernetes version for --values (default {render.DEFAULT_KUBE_VERSION})")
     _inventory_options(p)
     p.set_defaults(func=cmd_fit)
-    # --- end topo, fit ---
-    # --- simulate (capacity model, HPA simulator) ---
-    def cmd_simulate(args: argparse.Namespace) -> int:
-        from gpuvalues import simulate
-
-        trace = simulate.load_trace(args.trace)
-        behaviors = simulate.load_behaviors(args.behavior, args.startup_s) if args.behavior else None
-        progress(args, f"replaying {args.trace} ({len(trace.times_s)} points)")
-        report = simulate.plan_and_simulate(
-            trace, replica_rps=args.replica_rps, gpus_per_replica=args.gpus_per_replica,
-            gpu_mode=args.gpu_mode, server_type=args.server, min_replicas=args.min_replicas,
-            max_replicas=args.max_replicas, metrics=args.metrics, behaviors=behaviors,
-            startup_s=args.startup_s, metric_lag_s=args.metric_lag_s, sync_s=args.sync_s,
-            queue_wait_slo_s=args.queue_wait_slo_s, request_latency_s=args.request_latency_s,
-            inventory_gpus=args.inventory_gpus)
-        if args.plot:
-            simulate.plot(report.results, args.plot, metric_label=report.config.metrics[0].kind)
-            say(args, f"wrote {args.plot}")
-        emit(args, report.as_dict(series=args.series), simulate.report_table)
-        return 0
-
     p = sub.add_parser("simulate", help="replay a load trace through the capacity model and the HPA")
     p.add_argument("trace", metavar="TRACE", help="CSV time_s,requests_per_s, or a built-in: diurnal, spike")
     p.add_argument("--replica-rps", type=float, required=True,
@@ -290,8 +296,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", help="draw load, replicas and metric (needs matplotlib)")
     p.add_argument("--series", action="store_true", help="include per-step series in yaml/json output")
     p.set_defaults(func=cmd_simulate)
-    # --- end simulate ---
-    # --- values, validate, update (spec -> values) ---
     p = sub.add_parser("values", help="build chart values (and MIG/device-plugin configs) from a spec")
     p.add_argument("spec", metavar="SPEC", help="spec file ('-' for stdin)")
     p.add_argument("-o", "--out", metavar="FILE",
@@ -316,7 +320,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-validate", action="store_true",
                    help="skip schema and semantic checks (YAML typing is still checked)")
     p.set_defaults(func=cmd_update)
-    # --- end values, validate, update ---
     return parser
 
 
