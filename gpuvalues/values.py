@@ -262,6 +262,12 @@ class _MigPlan:
 
 def _demand(spec: Spec, w: Workload, placement: _Placement) -> int:
     """Replicas a workload wants at peak (before any inventory cap)."""
+    return _peak_replicas(spec, w, placement.mode)
+
+
+def _peak_replicas(spec: Spec, w: Workload, gpu_mode: str) -> int:
+    """Replicas at peak: autoscaling.maxReplicas, else the capacity model's max replicas
+    (M/M/c with headroom), else the default; `plan` and `values` both size with it."""
     from gpuvalues import autoscaling
     a = spec.autoscaling
     if a.max_replicas is not None:
@@ -270,7 +276,7 @@ def _demand(spec: Spec, w: Workload, placement: _Placement) -> int:
         base = w.load.base if w.load.base is not None else w.load.peak / 4
         try:
             return autoscaling.plan_capacity(base, w.load.peak, w.throughput_per_replica,
-                                             gpu_mode=placement.mode, server_type=w.server,
+                                             gpu_mode=gpu_mode, server_type=w.server,
                                              max_queue_wait_s=_queue_budget(w)).max_replicas
         except GpuValuesError:
             return DEFAULT_MAX_REPLICAS     # the per-workload build reports it, placed
@@ -681,8 +687,8 @@ def inputs_from_spec(spec: Spec) -> tuple[list, list, list[str]]:
     """The optimal planner's inputs for `gpuvalues plan`: (`planner.ModelDemand`s,
     `planner.NodePool`s, notes) from a spec.
 
-    Replicas: ceil(load.peak / throughputPerReplica) when both are given, else
-    autoscaling.minReplicas, else 1. `sharing.migProfile` pins the profile; `whole` pins
+    Replicas: the peak replicas `values` sizes the Deployment for (autoscaling.maxReplicas,
+    else the capacity model's, else the default), so `plan` previews what `values` deploys. `sharing.migProfile` pins the profile; `whole` pins
     whole GPUs (or the full MIG profile). Workloads needing several GPUs per replica
     (gpus > 1 or tensorParallel > 1) are left out with a note: a MIG plan places one
     instance per replica.
@@ -702,10 +708,8 @@ def inputs_from_spec(spec: Spec) -> tuple[list, list, list[str]]:
             notes.append(f"workload {w.name}: {w.gpus_per_replica} GPUs per replica (tensor parallel) is planned "
                          "on whole GPUs outside the MIG plan")
             continue
-        if w.load is not None and w.throughput_per_replica:
-            replicas = math.ceil(w.load.peak / w.throughput_per_replica)
-        else:
-            replicas = spec.autoscaling.min_replicas or 1
+        gpu_mode = {"mig": "mig", "dra": "dra", "time-slicing": "shared", "mps": "shared"}.get(share.mode, "whole")
+        replicas = _peak_replicas(spec, w, gpu_mode)
         allowed = None
         if share.mig_profile:
             allowed = (share.mig_profile,)

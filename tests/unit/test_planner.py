@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections import Counter
 from functools import lru_cache
 
@@ -18,6 +19,7 @@ from hypothesis import given, settings, strategies as st
 from gpuvalues import catalog, migparted, sharing
 from gpuvalues.errors import PlanError
 from gpuvalues.planner import ModelDemand, NodePool, plan, sharing_plan
+from tests.unit.oracles import replicas_oracle
 
 
 @lru_cache(maxsize=None)
@@ -267,8 +269,12 @@ def test_cli_plan_json_and_svg(tmp_path, capsys):
     svg = tmp_path / "layouts.svg"
     assert cli.main(["plan", str(spec), "--output", "json", "--svg", str(svg)]) == 0
     data = json.loads(capsys.readouterr().out)
-    # 140/s at 10/s per replica = 14 replicas of a 4 GB model: 2 GPUs of 7 x 1g.10gb
-    assert data["gpus_used"] == 2 and data["gap"] == 0
+    # plan sizes replicas as `values` does: M/M/c at peak x 1.2 headroom (140/s -> 168/s,
+    # 10/s per replica) = 22 replicas (independent Erlang C oracle) of a 4 GB model; a
+    # 1g.10gb holds it and an A100 holds 7, so ceil(22 / 7) = 4 GPUs
+    replicas = replicas_oracle(140 * 1.2, 10)
+    assert replicas == 22
+    assert data["gpus_used"] == math.ceil(replicas / 7) == 4 and data["gap"] == 0
     assert data["pools"][0]["gpu_groups"][0]["layout"] == "7x1g.10gb"
     assert "<svg" in svg.read_text() and "1g.10gb" in svg.read_text()
     assert cli.main(["plan", str(spec)]) == 0
