@@ -598,6 +598,10 @@ def _build(spec: Spec, wi: int, w: Workload, first: bool, placement: _Placement,
     if placement.mode == "mig":
         strategy = spec.sharing_for(w).mig_strategy
         gpu_values["mig"] = {"strategy": strategy, "profile": placement.mig_profile}
+    if placement.mode == "shared" and w.server == "vllm" and placement.replicas_per_gpu:
+        # vLLM pre-allocates --gpu-memory-utilization (default 0.9) of the whole GPU; with
+        # time-slicing or MPS every replica on the GPU would, and all but one would OOM.
+        gpu_values["shared"] = {"memoryFraction": math.floor(90 / placement.replicas_per_gpu) / 100}
     model: dict = {"name": w.model}
     if w.model_pvc:
         model.update({"source": "pvc", "pvc": {"claimName": w.model_pvc}})

@@ -120,7 +120,9 @@ def test_mig_falls_back_to_a_proportional_split_when_the_peak_does_not_fit():
 
 def test_time_slicing_on_rtx_4090():
     v = build_values(load_spec(EXAMPLES / "rtx4090-time-slicing.yaml"))
-    assert v.values["gpu"] == {"mode": "shared", "count": 1}
+    # vLLM would pre-allocate 90% of the GPU in every one of the 4 replicas sharing it;
+    # each gets 0.9 / 4 = 0.225 -> 0.22 of the 24 GB (5.3 GB >= the 5 GB it needs)
+    assert v.values["gpu"] == {"mode": "shared", "count": 1, "shared": {"memoryFraction": 0.22}}
     cfg = v.device_plugin_configs["ts-4"]                  # 24 GB // 5 GB = 4
     sharing.validate_device_plugin_config(cfg, gpu="RTX-4090")
     ts = cfg["sharing"]["timeSlicing"]
@@ -273,3 +275,4 @@ def test_vllm_queue_metric_gets_the_running_companion_when_the_slo_is_known():
     # without an SLO latency there is no basis for the running target: the queue alone
     builtin = build_values(load_spec(BUILTIN)).values["autoscaling"]["metrics"]
     assert [m["name"] for m in builtin] == ["vllm:num_requests_waiting"]
+
