@@ -81,6 +81,14 @@ def cmd_values(args: argparse.Namespace) -> int:
     for b in built_all:
         for w in b.warnings:
             say(args, str(w))
+    if args.out == "-":                # `-o -`: the values file on stdout
+        if len(built_all) != 1:
+            raise GpuValuesError(f"{args.spec} has {len(built_all)} workloads: give -o a "
+                                 "directory, or pick one with --workload")
+        sys.stdout.write(pipeline.values_text(built_all[0]))
+        args.out = None
+        if not args.artifacts:
+            return 0
     written = pipeline.write_values(built_all, args.out, args.artifacts)
     for path in written:
         say(args, f"wrote {path}")
@@ -299,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("values", help="build chart values (and MIG/device-plugin configs) from a spec")
     p.add_argument("spec", metavar="SPEC", help="spec file ('-' for stdin)")
     p.add_argument("-o", "--out", metavar="FILE",
-                   help="write values here (a directory when the spec has several workloads)")
+                   help="write values here ('-' for stdout; a directory when the spec has several workloads)")
     p.add_argument("--workload", help="build only this workload")
     p.add_argument("--artifacts", metavar="DIR",
                    help="also write mig-parted config, node labels and device-plugin config")

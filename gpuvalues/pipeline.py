@@ -133,12 +133,11 @@ def write_values(built: Sequence[Values], out: str | None, artifacts: str | None
     if out:
         target = Path(out)
         if len(built) == 1 and not target.is_dir():
-            paths.append(_write(target, _header(built[0]) + yamlio.dump(built[0].values)))
+            paths.append(_write(target, values_text(built[0])))
         else:
             target.mkdir(parents=True, exist_ok=True)
             for b in built:
-                paths.append(_write(target / f"{b.workload}.values.yaml",
-                                    _header(b) + yamlio.dump(b.values)))
+                paths.append(_write(target / f"{b.workload}.values.yaml", values_text(b)))
     if artifacts:
         adir = Path(artifacts)
         adir.mkdir(parents=True, exist_ok=True)
@@ -164,6 +163,11 @@ def write_values(built: Sequence[Values], out: str | None, artifacts: str | None
 def _write(path: Path, text: str) -> Path:
     write_atomic(path, text)
     return path
+
+
+def values_text(b: Values) -> str:
+    """The values file of one workload: why each choice was made, as comments, then the YAML."""
+    return _header(b) + yamlio.dump(b.values)
 
 
 def _header(b: Values) -> str:

@@ -111,6 +111,12 @@ def test_values_to_file_and_stdout(capsys, tmp_path):
     assert json.loads(stdout) == expected
     code, stdout, _ = gv(capsys, "values", EXAMPLE)
     assert "llama-8b" in stdout and "whole" in stdout       # the people's table
+    # `-o -` is stdout (the same file text), and no file named '-' appears
+    code, stdout, _ = gv(capsys, "values", EXAMPLE, "-o", "-")
+    assert code == 0 and stdout == out.read_text()
+    assert not (tmp_path / "-").exists() and not os.path.exists("-")
+    code, stdout, err = gv(capsys, "values", MIXED, "-o", "-")
+    assert code == 2 and stdout == "" and "workloads" in err and err.count("\n") == 1
 
 
 def test_values_several_workloads_and_artifacts(capsys, tmp_path):
