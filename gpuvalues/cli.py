@@ -78,20 +78,19 @@ def cmd_values(args: argparse.Namespace) -> int:
 
     progress(args, f"planning {args.spec}")
     spec, built_all = pipeline.built_all(args.spec, args.workload)
+    to_stdout = args.out == "-"        # `-o -`: the values file itself on stdout
+    if to_stdout and len(built_all) != 1:
+        raise GpuValuesError(f"{args.spec} has {len(built_all)} workloads: give -o a "
+                             "directory, or pick one with --workload")
     for b in built_all:
         for w in b.warnings:
             say(args, str(w))
-    if args.out == "-":                # `-o -`: the values file on stdout
-        if len(built_all) != 1:
-            raise GpuValuesError(f"{args.spec} has {len(built_all)} workloads: give -o a "
-                                 "directory, or pick one with --workload")
-        sys.stdout.write(pipeline.values_text(built_all[0]))
-        args.out = None
-        if not args.artifacts:
-            return 0
-    written = pipeline.write_values(built_all, args.out, args.artifacts)
+    written = pipeline.write_values(built_all, None if to_stdout else args.out, args.artifacts)
     for path in written:
         say(args, f"wrote {path}")
+    if to_stdout:
+        sys.stdout.write(pipeline.values_text(built_all[0]))
+        return 0
     if not args.out:
         data = built_all[0].values if len(built_all) == 1 else \
             {b.workload: b.values for b in built_all}
@@ -171,7 +170,9 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     from gpuvalues import fileio, inventory, yamlio
 
     data = _inventory(args).to_dict()
-    if args.out:
+    if args.out == "-":                # `-o -`: the inventory file itself on stdout
+        sys.stdout.write(yamlio.dump(data))
+    elif args.out:
         fileio.write_atomic(args.out, yamlio.dump(data))
         say(args, f"wrote {args.out} ({len(data['nodes'])} nodes)")
     else:
@@ -264,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("inventory", help="build a cluster inventory (kubectl JSON, live cluster or nvidia-smi)")
     _inventory_options(p)
-    p.add_argument("-o", "--out", metavar="FILE", help="write the inventory YAML here (atomically)")
+    p.add_argument("-o", "--out", metavar="FILE", help="write the inventory YAML here (atomically; '-' for stdout)")
     p.set_defaults(func=cmd_inventory)
 
     p = sub.add_parser(
