@@ -555,19 +555,24 @@ class _Cluster:
         return self.feasible[shape]
 
     def _fits(self, shape: PodShape, i: int) -> bool:
-        pf = self.pods_free[i]
-        if pf is not None and pf < 1:
-            return False
+        room = self._room(shape, i)
+        return room is None or room >= 1
+
+    def _room(self, shape: PodShape, i: int) -> int | None:
+        """How many more pods of `shape` node i holds now (None: no limit). An extended
+        resource the node does not list counts as 0; an unlisted basic one (_BASIC) as
+        no limit."""
+        n = self.pods_free[i]
         free = self.free[i]
         for r, q in shape.requests:
             have = free.get(r)
             if have is None:
                 if r in _BASIC:
                     continue
-                return False
-            if have < q:
-                return False
-        return True
+                have = 0
+            m = have // q
+            n = m if n is None else min(n, m)
+        return n
 
     def _anti_reason(self, w: int, i: int) -> str | None:
         """InterPodAffinity's Filter checks the pod's own anti-affinity before existing pods' terms."""
@@ -640,16 +645,7 @@ class _Cluster:
             return n
         total = 0
         for i in self._static(shape):  # identical pods fill each node independently
-            n = self.pods_free[i]
-            free = self.free[i]
-            for r, q in shape.requests:
-                have = free.get(r)
-                if have is None:
-                    if r in _BASIC:
-                        continue
-                    have = 0
-                m = have // q
-                n = m if n is None else min(n, m)
+            n = self._room(shape, i)
             total += max(n, 0) if n is not None else 0
         return total
 

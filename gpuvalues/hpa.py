@@ -239,12 +239,17 @@ def object_metric_replicas(spec_replicas: int, value_milli: int, target_milli: i
 def object_per_pod_metric_replicas(status_replicas: int, value_milli: int, average_target_milli: int,
                                    tolerance: float | tuple[float, float] = DEFAULT_TOLERANCE) -> int:
     """Object metric with an AverageValue target (`GetObjectPerPodMetricReplicas`)."""
-    tol = _tolerances(tolerance)
-    replicas = status_replicas
-    ratio = _ratio(value_milli, float(average_target_milli) * float(replicas))
-    if not _within(tol, ratio):
-        replicas = _ceil_int32(math.ceil(float(value_milli) / float(average_target_milli)))
-    return replicas
+    return _per_pod_replicas(status_replicas, value_milli, average_target_milli, _tolerances(tolerance))
+
+
+def _per_pod_replicas(status_replicas: int, usage_milli: int, average_target_milli: int,
+                      tol: tuple[float, float]) -> int:
+    """The AverageValue rule the Object and External per-pod paths share: keep the
+    replicas within the tolerance, else ceil(usage / target)."""
+    ratio = _ratio(usage_milli, float(average_target_milli) * float(status_replicas))
+    if _within(tol, ratio):
+        return status_replicas
+    return _ceil_int32(math.ceil(float(usage_milli) / float(average_target_milli)))
 
 
 def _external_sum(values_milli: Sequence[int]) -> int:
@@ -281,13 +286,8 @@ def external_per_pod_metric_replicas(status_replicas: int, values_milli: Sequenc
                                      tolerance: float | tuple[float, float] = DEFAULT_TOLERANCE) -> int:
     """External metric with an AverageValue target (`GetExternalPerPodMetricReplicas`):
     ceil(sum / target) once outside the tolerance (KEDA's default)."""
-    tol = _tolerances(tolerance)
-    usage = _external_sum_per_pod(values_milli)
-    replicas = status_replicas
-    ratio = _ratio(usage, float(average_target_milli) * float(replicas))
-    if not _within(tol, ratio):
-        replicas = _ceil_int32(math.ceil(float(usage) / float(average_target_milli)))
-    return replicas
+    return _per_pod_replicas(status_replicas, _external_sum_per_pod(values_milli),
+                             average_target_milli, _tolerances(tolerance))
 
 
 # --------------------------------------------------------------------------- several metrics
