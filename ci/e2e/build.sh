@@ -102,27 +102,37 @@ build_kwok() {
   "$out/bin/kwok" --version
 }
 
-# etcd server: its go.mod replaces ../api etc., so `go install @v` fails; a wrapper module
-# that requires go.etcd.io/etcd/server/v3 and builds its main package works.
-build_etcd() {
-  local v=$1 out=$2 src="$2/src"
-  mkdir -p "$src" "$out/bin"
+# wrapper_build <out-binary> <module> <version> <package> <go version> [go mod tidy flags]:
+# build <package> of <module>@<version> from a throw-away main module that only requires
+# it (its go line sets the GODEBUG defaults: keep the module's own).
+# For modules whose own go.mod has `replace` lines (so `go install pkg@v` fails) or whose
+# version list the proxy here does not serve.
+wrapper_build() {
+  local bin=$1 mod=$2 v=$3 pkg=$4 go=$5 src
+  shift 5
+  src="$(dirname "$(dirname "$bin")")/src"
+  mkdir -p "$src" "$(dirname "$bin")"
   cat >"$src/go.mod" <<EOM
-module gpu-inference.local/e2e/etcd
+module gpu-inference.local/e2e/$(basename "$bin")
 
-go 1.25.0
+go $go
 
-require go.etcd.io/etcd/server/v3 v$v
+require $mod $v
 EOM
-  cat >"$src/tools.go" <<'EOM'
+  cat >"$src/tools.go" <<EOM
 //go:build tools
 
 package tools
 
-import _ "go.etcd.io/etcd/server/v3"
+import _ "$pkg"
 EOM
-  (cd "$src" && "$GO" mod tidy -e && "$GO" build "${BUILD_FLAGS[@]}" -ldflags "-s -w" -o "$out/bin/etcd" go.etcd.io/etcd/server/v3)
-  "$out/bin/etcd" --version
+  (cd "$src" && "$GO" mod tidy "$@" && "$GO" build "${BUILD_FLAGS[@]}" -ldflags "-s -w" -o "$bin" "$pkg")
+}
+
+# etcd server: its go.mod replaces ../api etc., so `go install @v` fails.
+build_etcd() {
+  wrapper_build "$2/bin/etcd" go.etcd.io/etcd/server/v3 "v$1" go.etcd.io/etcd/server/v3 1.25.0 -e
+  "$2/bin/etcd" --version
 }
 
 # etcd from Debian: the signed apt index pins the package; extract it without installing.
@@ -139,26 +149,10 @@ build_etcd_debian() {
 }
 
 # prometheus-adapter: the proxy here serves the v0.12.0 module but not its version list,
-# which `go install pkg@v` reads for deprecation notices; a wrapper module only downloads.
+# which `go install pkg@v` reads for deprecation notices.
 build_adapter() {
-  local v=$1 out=$2 src="$2/src"
-  mkdir -p "$src" "$out/bin"
-  cat >"$src/go.mod" <<EOM
-module gpu-inference.local/e2e/adapter
-
-go 1.22.1
-
-require sigs.k8s.io/prometheus-adapter $v
-EOM
-  cat >"$src/tools.go" <<'EOM'
-//go:build tools
-
-package tools
-
-import _ "sigs.k8s.io/prometheus-adapter/cmd/adapter"
-EOM
-  (cd "$src" && "$GO" mod tidy && "$GO" build "${BUILD_FLAGS[@]}" -ldflags "-s -w" \
-    -o "$out/bin/adapter" sigs.k8s.io/prometheus-adapter/cmd/adapter)
+  wrapper_build "$2/bin/adapter" sigs.k8s.io/prometheus-adapter "$1" \
+    sigs.k8s.io/prometheus-adapter/cmd/adapter 1.22.1
 }
 
 # Upstream CRDs (real schemas, so the API server validates the chart's objects): copied
