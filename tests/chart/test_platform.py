@@ -495,34 +495,6 @@ def test_adapter_off_with_keda(helm4, tmp_path):
 
 # --- values / schema --------------------------------------------------------------------
 
-def test_every_platform_value_is_documented():
-    text = (CHART / "values.yaml").read_text()
-    params = set(re.findall(r"^\s*## @param (platform\.[\w.]+)", text, re.M))
-    values = yaml.safe_load(text)["platform"]
-    undocumented = []
-
-    def walk(node, path):
-        if path in params:
-            return
-        if isinstance(node, dict) and node:
-            for k, v in node.items():
-                walk(v, f"{path}.{k}")
-        else:
-            undocumented.append(path)
-    walk(values, "platform")
-    assert undocumented == []
-    stale = [p for p in params if not _exists(values, p.split(".")[1:])]
-    assert stale == []
-
-
-def _exists(node, keys) -> bool:
-    for k in keys:
-        if not isinstance(node, dict) or k not in node:
-            return False
-        node = node[k]
-    return True
-
-
 @pytest.mark.parametrize("values, message", [
     ({"platform": {"dcgmExporter": {"image": {"repository": "x", "tag": "latest"}}}}, "tag"),
     ({"platform": {"prometheusAdapter": {"exporterLabels": "both"}}}, "exporterLabels"),

@@ -149,7 +149,7 @@ Args: dict root, name, oneshot (bool), process.
 {{- define "gpu-inference.platform.configManager" -}}
 {{- $dp := .root.Values.platform.devicePlugin -}}
 - name: {{ .name }}
-  image: {{ printf "%s:%s" $dp.image.repository $dp.image.tag }}
+  image: {{ include "gpu-inference.imageRef" $dp.image }}
   imagePullPolicy: {{ $dp.image.pullPolicy }}
   command: ["config-manager"]
   env:
