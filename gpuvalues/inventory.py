@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping
 from gpuvalues.catalog import gfd_product_label
 from gpuvalues.errors import GpuValuesError, InventoryError
 from gpuvalues.kube import parse_quantity
-from gpuvalues.topology import DEFAULT_TOPOLOGY_KEY, Topology, parse_topo_matrix
+from gpuvalues.topology import DEFAULT_TOPOLOGY_KEY, Topology, nvlink_size, parse_topo_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORY_SCHEMA = ROOT / "schemas" / "inventory.schema.json"
@@ -175,8 +175,7 @@ class Node:
         """GPUs in the largest NVLink clique: from `topology`, else from the topology label."""
         if self.topology is not None:
             return self.topology.largest_nvlink_clique()
-        value = self.labels.get(DEFAULT_TOPOLOGY_KEY, "")
-        return int(value[2:]) if re.fullmatch(r"NV\d+", value) else 0
+        return nvlink_size(self.labels.get(DEFAULT_TOPOLOGY_KEY, "")) or 0
 
     def to_dict(self) -> dict:
         """Plain data in the inventory file format (schemas/inventory.schema.json)."""

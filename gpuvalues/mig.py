@@ -340,3 +340,11 @@ def layouts_svg(rows: Sequence[tuple[str, Layout]]) -> str:
 
 def _xml(s: str) -> str:
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def max_instances(gpu: GpuModel | str, profile: str) -> int:
+    """How many instances of `profile` one GPU holds (0 when it has no such profile)."""
+    n = 0
+    while n < 64 and can_place(gpu, {profile: n + 1}):
+        n += 1
+    return n

@@ -24,7 +24,6 @@ from gpuvalues.kube import is_label_value
 
 VERSION = "v1"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
 # pkg/mig/builder/balanced.go balancedFormula: slots -> {G: count}
 BALANCED_FORMULA = {7: {1: 2, 2: 1, 3: 1}, 4: {1: 2, 2: 1}}
 

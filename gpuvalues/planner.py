@@ -659,13 +659,13 @@ def _pool_plans(model: _Model, demands, x, z) -> tuple[list[PoolPlan], dict, dic
             ngroups.append(NodeGroup(pool.name, name, cnt, devs))
             if mode == "mig":
                 node_configs[name] = [dict(d) if d is not None else {} for d in devs]
-                labels[name] = {**migparted.node_labels(name), "nvidia.com/device-plugin.config": pool.name}
+                labels[name] = {**migparted.node_labels(name), sharing.CONFIG_LABEL: pool.name}
             elif gpu.mig is not None:
                 # a MIG-capable GPU used whole or shared: make sure MIG is off on these nodes
                 node_configs[name] = [None] * pool.gpus_per_node
-                labels[name] = {**migparted.node_labels(name), "nvidia.com/device-plugin.config": pool.name}
+                labels[name] = {**migparted.node_labels(name), sharing.CONFIG_LABEL: pool.name}
             else:
-                labels[name] = {"nvidia.com/device-plugin.config": pool.name}
+                labels[name] = {sharing.CONFIG_LABEL: pool.name}
         if mode == "mig":
             dp_configs[pool.name] = sharing.build_device_plugin_config(mig_strategy="mixed")
         elif mode == "whole":

@@ -27,12 +27,13 @@ from gpuvalues.kube import is_dns_subdomain
 VERSION = "v1"
 RESOURCE_PREFIX = "nvidia.com"
 MAX_RESOURCE_NAME_LENGTH = 63
+# The node label by which the device plugin's config-manager picks a named config.
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
 MIG_STRATEGIES = ("none", "single", "mixed")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 DEVICE_ID_STRATEGIES = ("uuid", "index")
 ALLOCATION_POLICIES = ("distributed", "packed")
 DEVICE_DISCOVERY_STRATEGIES = ("auto", "nvml", "tegra")
-DEFAULT_MPS_ROOT = "/run/nvidia/mps"  # the device-plugin chart's mps.root
 
 _TOP = ("version", "flags", "resources", "sharing", "imex")
 _FLAGS = {"migStrategy": "str", "failOnInitError": "bool", "mpsRoot": "str", "nvidiaDriverRoot": "str",

@@ -28,7 +28,8 @@ from typing import Any, Mapping, Sequence
 
 from gpuvalues.errors import CapacityError, GpuValuesError, ToolNotFoundError
 from gpuvalues.fileio import parse_yaml, write_atomic
-from gpuvalues.hpa import HPA, MetricUnavailable, combine_proposals, plain_metric_replicas
+from gpuvalues.hpa import (DEFAULT_SYNC_PERIOD_S, HPA, MetricUnavailable, combine_proposals,
+                           plain_metric_replicas)
 
 TRACES_DIR = Path(__file__).resolve().parent / "data" / "traces"
 BUILTIN_TRACES = ("diurnal", "spike")
@@ -139,7 +140,7 @@ class SimConfig:
     gpus_per_replica: float = 1.0
     startup_s: float = 120.0
     metric_lag_s: float = 30.0
-    sync_s: float = 15.0
+    sync_s: float = DEFAULT_SYNC_PERIOD_S
     queue_wait_slo_s: float = 1.0
     request_latency_s: float = 2.0
     tolerance: float = 0.1
@@ -322,11 +323,6 @@ def compare(trace: Trace, config: SimConfig, behaviors: Mapping[str, Mapping[str
     return [simulate(trace, config, b, name) for name, b in behaviors.items()]
 
 
-def summary_table(results: Sequence[SimResult]) -> list[dict[str, Any]]:
-    """Each behaviour's summary (flaps, GPU-hours, SLO violations), one dict per result."""
-    return [r.summary for r in results]
-
-
 def plot(results: Sequence[SimResult], path: str | Path, metric_label: str = "metric") -> None:
     """A PNG with three panels (load, replicas per behaviour, the metric the HPA saw).
     Needs matplotlib: `pip install 'gpuvalues[plot]'`."""
@@ -438,7 +434,7 @@ def plan_and_simulate(trace: Trace, *, replica_rps: float, gpus_per_replica: flo
                       min_replicas: int | None = None, max_replicas: int | None = None,
                       metrics: str | Sequence[SimMetric] | None = None,
                       behaviors: Mapping[str, Mapping[str, Any] | None] | None = None,
-                      startup_s: float = 120.0, metric_lag_s: float = 30.0, sync_s: float = 15.0,
+                      startup_s: float = 120.0, metric_lag_s: float = 30.0, sync_s: float = DEFAULT_SYNC_PERIOD_S,
                       queue_wait_slo_s: float = 1.0, request_latency_s: float = 2.0,
                       inventory_gpus: float | None = None) -> SimReport:
     """Size the Deployment for the trace (base = its lowest load, peak = its highest) with

@@ -570,3 +570,10 @@ def topology_table(data: dict) -> str:
                    + (", ".join(f"GPU{g}" for g in b["gpus"]) or "nothing (not enough GPUs)")
                    + f" (score {b['score']})")
     return "\n".join(out) + "\n"
+
+
+def nvlink_size(value: object) -> int | None:
+    """The NVLink group size a topology label value names (`NV8` -> 8), the inverse of
+    `Topology.topology_value`; None for `PCIe` or anything else."""
+    m = re.fullmatch(r"NV(\d+)", str(value))
+    return int(m.group(1)) if m else None

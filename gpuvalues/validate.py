@@ -26,6 +26,7 @@ from jsonschema.exceptions import ValidationError, best_match, relevance
 
 from gpuvalues.errors import GpuValuesError, SpecError
 from gpuvalues.kube import kube_minor
+from gpuvalues.topology import nvlink_size
 from gpuvalues.yamlio import Loaded, format_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -438,9 +439,7 @@ def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded 
             except CatalogError as exc:
                 add("GV001", exc.message, *profile_path)
                 continue
-            per_gpu = 0
-            while per_gpu < 64 and mig.can_place(model, {profile: per_gpu + 1}):
-                per_gpu += 1
+            per_gpu = mig.max_instances(model, profile)
             if ctx.gpus_per_node and count > per_gpu * ctx.gpus_per_node:
                 add("GV002", f"{count} x {profile} per pod cannot fit one {model.name} node: "
                     f"a GPU holds at most {per_gpu}, a node has {ctx.gpus_per_node} GPUs",
@@ -490,8 +489,7 @@ def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded 
     tp = ctx.tensor_parallel or (count if mode in ("whole", "dra") and not profile else 1)
     groups = []
     for v in _get(values, "topology", "values", default=[]) or []:
-        m = re.fullmatch(r"NV(\d+)", str(v))
-        groups.append(int(m.group(1)) if m else 1)
+        groups.append(nvlink_size(v) or 1)
     if ctx.nvlink_group is not None:
         group, where = ctx.nvlink_group, ctx.nvlink_source or "the node topology"
     elif groups:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuvalues import catalog, yamlio
+from gpuvalues.sharing import CONFIG_LABEL as DP_CONFIG_LABEL
 from gpuvalues.errors import CapacityError, CatalogError, GpuValuesError, PlanError, SpecError
 from gpuvalues.spec import NodePool, Spec, Workload
 from gpuvalues.validate import (Context, Finding, ValidationFailed, check_values, errors_only,
@@ -28,7 +29,6 @@ from gpuvalues.validate import (Context, Finding, ValidationFailed, check_values
 DEFAULT_MIN_REPLICAS = 2
 DEFAULT_MAX_REPLICAS = 10
 # Device-plugin config names the builder generates (a node selects one by label).
-CONFIG_LABEL = "nvidia.com/device-plugin.config"
 
 
 @dataclass(frozen=True)
@@ -102,18 +102,6 @@ def _smallest_profile(gpu, memory_gb: float) -> Any:
     return min(fits, key=lambda p: (p.memory_slices, p.compute_slices, p.memory_gb), default=None)
 
 
-def _per_gpu(gpu, profile: str) -> int:
-    from gpuvalues import mig
-    n = 0
-    while n < 64 and mig.can_place(gpu, {profile: n + 1}):
-        n += 1
-    return n
-
-
-def _mps_limit(gpu) -> int:
-    """MPS clients per GPU (device plugin rule, from gpuvalues.sharing)."""
-    from gpuvalues.sharing import mps_max_clients
-    return mps_max_clients(gpu)
 
 
 def _place(spec: Spec, wi: int, w: Workload) -> _Placement:
@@ -184,14 +172,16 @@ def _place(spec: Spec, wi: int, w: Workload) -> _Placement:
                     problems.append(f"{pool.name}: no MIG profile of {gpu.name} holds "
                                     f"{w.memory_gb:g} GB [GV013]")
                     continue
-            per = _per_gpu(gpu, prof.name)
+            from gpuvalues import mig
+            per = mig.max_instances(gpu, prof.name)
             why = (f"mig: {prof.name} ({prof.memory_gb:g} GB"
                    + (f" >= {w.memory_gb:g} GB needed" if w.memory_gb else "")
                    + f"), {per} per {gpu.name}")
             return _Placement(pool, pi, gpu, "mig", 1, "mig", mig_profile=prof.name,
                               units_per_gpu=per, why=why)
         # time-slicing / mps
-        limit = _mps_limit(gpu) if mode == "mps" else 48
+        from gpuvalues.sharing import mps_max_clients
+        limit = mps_max_clients(gpu) if mode == "mps" else 48
         if sharing.replicas_per_gpu:
             replicas = sharing.replicas_per_gpu
         elif w.memory_gb:
@@ -260,11 +250,6 @@ class _MigPlan:
     notes: tuple
 
 
-def _demand(spec: Spec, w: Workload, placement: _Placement) -> int:
-    """Replicas a workload wants at peak (before any inventory cap)."""
-    return _peak_replicas(spec, w, placement.mode)
-
-
 def _peak_replicas(spec: Spec, w: Workload, gpu_mode: str) -> int:
     """Replicas at peak: autoscaling.maxReplicas, else the capacity model's max replicas
     (M/M/c with headroom), else the default; `plan` and `values` both size with it."""
@@ -304,7 +289,7 @@ def _mig_plan(spec: Spec, placements: list[_Placement]) -> _MigPlan | None:
     for w, pl in members:
         cap = int(pl.units_per_gpu) * pl.pool.gpus
         demands.append(planner.ModelDemand(
-            w.name, replicas=min(_demand(spec, w, pl), cap), memory_gb=w.memory_gb,
+            w.name, replicas=min(_peak_replicas(spec, w, pl.mode), cap), memory_gb=w.memory_gb,
             allowed_profiles=(pl.mig_profile,), pools=(pl.pool.name,)))
     inputs = [planner.NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes, mig_enabled=True,
                                price_per_gpu=p.price_per_gpu_hour) for p in pools.values()]
@@ -358,7 +343,7 @@ def _split_plan(spec: Spec, members: list, pools: dict, note: str) -> _MigPlan:
             raise _err(PlanError, f"{len(mine)} MIG workloads ({names}) share pool "
                        f"{pool_name}, whose nodes have only {n} GPUs", spec, "cluster",
                        "nodePools", mine[0][1].pool_index)
-        need = {w.name: max(1, math.ceil(_demand(spec, w, pl) /
+        need = {w.name: max(1, math.ceil(_peak_replicas(spec, w, pl.mode) /
                                          (pl.units_per_gpu * pool.nodes))) for w, pl in mine}
         share = {name: 1 for name in need}
         for _ in range(n - len(share)):      # spare GPUs go to the neediest workload
@@ -371,7 +356,7 @@ def _split_plan(spec: Spec, members: list, pools: dict, note: str) -> _MigPlan:
         node_configs[pool_name] = devices
         if mine[0][1].gpu.device_filter:
             filters[pool_name] = list(mine[0][1].gpu.device_filter)
-        labels[pool_name] = {**migparted.node_labels(pool_name), CONFIG_LABEL: pool_name}
+        labels[pool_name] = {**migparted.node_labels(pool_name), DP_CONFIG_LABEL: pool_name}
         groups.append((pool_name, pool_name, pool.nodes))
         dp[pool_name] = sharing.build_device_plugin_config(mig_strategy="mixed")
     cfg = migparted.build_mig_parted_config(node_configs, device_filters=filters or None)
@@ -384,10 +369,9 @@ def _topology(spec: Spec, placement: _Placement) -> tuple[str | None, int | None
     topo = placement.pool.topology
     if topo is None:
         return None, None, {}
-    if topo.label:
-        size = int(topo.label[2:]) if topo.label.startswith("NV") else 1
-        return topo.label, size, {"nvidia.com/gpu.topology": topo.label}
     from gpuvalues import topology
+    if topo.label:
+        return topo.label, topology.nvlink_size(topo.label) or 1, {"nvidia.com/gpu.topology": topo.label}
     at = ("cluster", "nodePools", placement.pool_index, "topology", "file")
     try:
         text = topo.file.read_text()
@@ -654,7 +638,7 @@ def _build(spec: Spec, wi: int, w: Workload, first: bool, placement: _Placement,
             decisions.append(f"{spare} {placement.pool.name} node(s) are not needed by the "
                              "MIG plan at peak")
     elif dp:
-        node_labels[placement.pool.name] = {CONFIG_LABEL: dp[0]}
+        node_labels[placement.pool.name] = {DP_CONFIG_LABEL: dp[0]}
     if topo_labels:
         if not node_labels:
             node_labels[placement.pool.name] = {}
@@ -766,7 +750,7 @@ def spec_inventory(spec: Spec, built: Values):
     nodes = []
     for pool in spec.node_pools:
         gpu = catalog.get_gpu(pool.gpu)
-        gfd = sorted(a.replace(" ", "-") for a in (*gpu.aliases, gpu.name)
+        gfd = sorted(catalog.gfd_product_label(a) for a in (*gpu.aliases, gpu.name)
                      if a.upper().startswith("NVIDIA"))
         product = gfd[-1] if gfd else gpu.name
         groups = [(g, n) for g, (p, n) in built.node_groups.items() if p == pool.name]
@@ -779,7 +763,7 @@ def spec_inventory(spec: Spec, built: Values):
             mig_profiles: dict = {}
             replicas = 1
             devices = _group_devices(built, group, pool.gpus_per_node)
-            config = built.device_plugin_configs.get(labels.get(CONFIG_LABEL, ""), {})
+            config = built.device_plugin_configs.get(labels.get(DP_CONFIG_LABEL, ""), {})
             shared = [(kind, r) for kind in ("timeSlicing", "mps")
                       for r in (config.get("sharing", {}).get(kind) or {}).get("resources", [])]
             if devices is not None:
