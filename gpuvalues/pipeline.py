@@ -15,8 +15,8 @@ from gpuvalues.errors import GpuValuesError
 from gpuvalues.fileio import write_atomic
 from gpuvalues.kube import kube_minor
 from gpuvalues.spec import Spec, check_spec, load_spec, parse_spec
-from gpuvalues.validate import (Context, Finding, ValidationFailed, check_values, errors_only,
-                                semantic_findings)
+from gpuvalues.validate import (Context, Finding, ValidationFailed, errors_only, values_findings,
+                                warnings_or_raise)
 from gpuvalues.values import Values, build_all, build_values
 
 # The built-in example `gpuvalues render` renders when given nothing: a small cluster of
@@ -199,12 +199,7 @@ def checked_values_file(path: str | Path, kube_version: str,
                         spec: str | Path | None = None) -> tuple[dict, list[Finding]]:
     """A values file that passes every check: (values, warnings), else ValidationFailed."""
     loaded = yamlio.expect_mapping(yamlio.load_yaml(path, allow_empty=True), "values file")
-    ctx = _context(spec, kube_version)
-    findings = check_values(loaded) + semantic_findings(loaded.data, ctx=ctx, loaded=loaded)
-    errors = errors_only(findings)
-    if errors:
-        raise ValidationFailed(errors)
-    return loaded.data, [f for f in findings if f.severity == "warning"]
+    return loaded.data, warnings_or_raise(values_findings(loaded, ctx=_context(spec, kube_version)))
 
 
 def _context(spec_path: str | Path | None, kube_version: str | None) -> Context:
@@ -237,23 +232,24 @@ def check(*, spec: str | Path | None = None, values: str | Path | None = None,
     if values:
         loaded = yamlio.expect_mapping(yamlio.load_yaml(values, allow_empty=True),
                                        "values file")
-        ctx = _context(spec, kube_version)
-        found = check_values(loaded) + semantic_findings(loaded.data, ctx=ctx, loaded=loaded)
-        return sorted(found, key=Finding.sort_key)
+        return sorted(values_findings(loaded, ctx=_context(spec, kube_version)), key=Finding.sort_key)
     loaded = yamlio.load_yaml(spec)
     found = check_spec(loaded)
     if errors_only(found):
         return found
-    parsed = parse_spec(loaded)
+    parsed = parse_spec(loaded, findings=found)
     if kube_version:
         parsed = replace(parsed, kubernetes_version=kube_version)
     warnings = [f for f in found]
-    for w in parsed.workloads:
-        try:
-            built = build_values(parsed, w.name, first=w is parsed.workloads[0])
+    failures: list[GpuValuesError] = []
+    try:
+        for built in build_all(parsed, errors=failures):
             warnings += [f for f in built.warnings if f not in warnings]
-        except ValidationFailed as exc:
+    except GpuValuesError as exc:        # the fleet itself cannot be planned
+        failures.append(exc)
+    for exc in failures:
+        if isinstance(exc, ValidationFailed):
             warnings += exc.findings
-        except GpuValuesError as exc:
+        else:
             warnings.append(_as_finding(exc))
     return sorted(warnings, key=Finding.sort_key)

@@ -14,8 +14,8 @@ from typing import Any
 from gpuvalues import yamlio
 from gpuvalues.errors import SpecError
 from gpuvalues.kube import kube_minor
-from gpuvalues.validate import (SPEC_SCHEMA, Finding, ValidationFailed, check_schema, finding,
-                                yaml_findings)
+from gpuvalues.validate import (SPEC_SCHEMA, Finding, ValidationFailed, check_schema, errors_only,
+                                finding, yaml_findings)
 
 SHARING_MODES = ("auto", "whole", "mig", "time-slicing", "mps", "dra")
 
@@ -281,10 +281,13 @@ def check_spec(loaded: yamlio.Loaded) -> list[Finding]:
     return sorted(found + yaml_findings(loaded), key=Finding.sort_key)
 
 
-def parse_spec(loaded: yamlio.Loaded, base_dir: Path | None = None) -> Spec:
-    """Validate a loaded spec and build the dataclasses; ValidationFailed on errors."""
-    findings = check_spec(loaded)
-    errors = [f for f in findings if f.severity == "error"]
+def parse_spec(loaded: yamlio.Loaded, base_dir: Path | None = None, *,
+               findings: list[Finding] | None = None) -> Spec:
+    """Validate a loaded spec and build the dataclasses; ValidationFailed on errors.
+    `findings`: what `check_spec(loaded)` already returned, so it is not run twice."""
+    if findings is None:
+        findings = check_spec(loaded)
+    errors = errors_only(findings)
     if errors:
         raise ValidationFailed(errors)
     if base_dir is None:

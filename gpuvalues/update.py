@@ -18,8 +18,8 @@ from typing import Any, Mapping, Sequence
 from gpuvalues import yamlio
 from gpuvalues.errors import SpecError
 from gpuvalues.fileio import write_atomic
-from gpuvalues.validate import (VALUES_SCHEMA, Finding, ValidationFailed, check_values,
-                                errors_only)
+from gpuvalues.validate import (VALUES_SCHEMA, Finding, check_values, values_findings,
+                                warnings_or_raise)
 
 _SEGMENT = re.compile(r'(?:"((?:[^"\\]|\\.)*)"|((?:[^.\[\]\\]|\\.)+))|\[(\d+)\]')
 
@@ -234,7 +234,7 @@ def update_values(path: str | Path, updates: Mapping[str, Any], *,
     yamlio.load_text(text, source, allow_empty=True)     # positioned errors for bad YAML
     new_text = apply_updates(text, updates, source)
     loaded = yamlio.load_text(new_text, source, allow_empty=True)
-    findings: list[Finding] = []
+    warnings: list[Finding] = []
     for key, value in updates.items():
         p = parse_path(key) if isinstance(key, str) else tuple(key)
         got = _get(loaded.data, p)
@@ -244,12 +244,7 @@ def update_values(path: str | Path, updates: Mapping[str, Any], *,
             raise SpecError(f"Helm would read the new value as {got!r}, not {value!r}",
                             source=source, field=yamlio.format_path(p))
     if validate:
-        findings = check_values(loaded, schema_path=schema_path)
-        if semantic:
-            from gpuvalues.validate import semantic_findings
-            findings += semantic_findings(loaded.data or {}, loaded=loaded)
-        errors = errors_only(findings)
-        if errors:
-            raise ValidationFailed(errors)
+        warnings = warnings_or_raise(values_findings(loaded, schema_path=schema_path) if semantic
+                                     else check_values(loaded, schema_path=schema_path))
     write_atomic(path, new_text)
-    return [f for f in findings if f.severity == "warning"]
+    return warnings

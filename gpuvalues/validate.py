@@ -397,6 +397,21 @@ def _mig_profile(values: dict) -> str | None:
     return None
 
 
+def values_findings(loaded: Loaded, *, ctx: Context = Context(),
+                    schema_path: str | Path = VALUES_SCHEMA) -> list[Finding]:
+    """Every finding for a values file: the chart's schema, then the semantic rules."""
+    return (check_values(loaded, schema_path=schema_path)
+            + semantic_findings(loaded.data or {}, ctx=ctx, loaded=loaded))
+
+
+def warnings_or_raise(findings: list[Finding]) -> list[Finding]:
+    """The warnings of `findings`; ValidationFailed (with every error) if any is an error."""
+    errors = errors_only(findings)
+    if errors:
+        raise ValidationFailed(errors)
+    return [f for f in findings if f.severity == "warning"]
+
+
 def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded | None = None,
                       source: str = "") -> list[Finding]:
     """Cross-field rules on chart values (GV001-GV009), placed in `loaded` when given."""

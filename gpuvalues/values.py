@@ -515,20 +515,36 @@ def build_values(spec: Spec, workload: str | None = None, *, first: bool | None 
     else:
         w = spec.workload(workload)
     wi = spec.workloads.index(w)
-    placements = [_place(spec, i, x) for i, x in enumerate(spec.workloads)]
-    mig_plan = _mig_plan(spec, placements)
-    configs = _all_device_plugin_configs(spec, placements, mig_plan)
+    placements, mig_plan, configs = _fleet(spec)
     return _build(spec, wi, w, wi == 0 if first is None else first, placements[wi],
                   mig_plan, configs)
 
 
-def build_all(spec: Spec) -> tuple[Values, ...]:
-    """Values for every workload; the first release installs the GPU platform."""
+def build_all(spec: Spec, *, errors: list[GpuValuesError] | None = None) -> tuple[Values, ...]:
+    """Values for every workload; the first release installs the GPU platform.
+
+    With `errors`, a workload whose values cannot be built is left out and its error
+    appended there (so `validate` reports every workload); without, the error is raised.
+    A fleet that cannot be planned at all always raises.
+    """
+    placements, mig_plan, configs = _fleet(spec)
+    built = []
+    for i, w in enumerate(spec.workloads):
+        try:
+            built.append(_build(spec, i, w, i == 0, placements[i], mig_plan, configs))
+        except GpuValuesError as exc:
+            if errors is None:
+                raise
+            errors.append(exc)
+    return tuple(built)
+
+
+def _fleet(spec: Spec) -> tuple[list[_Placement], "_MigPlan | None", dict]:
+    """What every workload's values depend on, planned once for the whole spec: each
+    workload's placement, the MIG layout of the pools and the device-plugin configs."""
     placements = [_place(spec, i, w) for i, w in enumerate(spec.workloads)]
     mig_plan = _mig_plan(spec, placements)
-    configs = _all_device_plugin_configs(spec, placements, mig_plan)
-    return tuple(_build(spec, i, w, i == 0, placements[i], mig_plan, configs)
-                 for i, w in enumerate(spec.workloads))
+    return placements, mig_plan, _all_device_plugin_configs(spec, placements, mig_plan)
 
 
 def _all_device_plugin_configs(spec: Spec, placements: list[_Placement],

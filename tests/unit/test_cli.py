@@ -237,3 +237,19 @@ def test_plan_time_limit_must_be_positive(capsys, limit):
     code, out, err = gv(capsys, "plan", EXAMPLE, "--time-limit", limit)
     assert code == 2 and out == "" and len(err.splitlines()) == 1
     assert err.startswith("gpuvalues: error: time_limit: time limit must be > 0 seconds")
+
+
+def test_validate_plans_the_fleet_once(capsys, tmp_path):
+    # The MIG example with one workload made impossible (no A100/H100 holds 500 GB): the
+    # fleet cannot be planned, and that is one finding, not one per workload (there are 3).
+    spec = yaml.safe_load(MIXED.read_text())
+    assert len(spec["workloads"]) == 3
+    spec["workloads"][0]["memoryGB"] = 500
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    code, out, _ = gv(capsys, "validate", path, "--output", "json")
+    findings = json.loads(out)
+    assert code == 1
+    errors = [f for f in findings if f["severity"] == "error"]
+    assert len(errors) == 1, errors
+    assert "embed-small" in errors[0]["message"]
