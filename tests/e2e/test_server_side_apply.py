@@ -11,38 +11,27 @@ does); no metrics pipeline is needed for that.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
-import sys
 
 import pytest
 
 from tests.chart.test_workload import SCENARIOS, scenario_file
-from tests.conftest import CHART, ROOT, TOOLS
+from tests.conftest import CHART, TOOLS
+from tests.e2e.conftest import harness
 
 pytestmark = pytest.mark.e2e  # also set by the directory; kept for a direct run
 
 
-def _harness():
-    spec = importlib.util.spec_from_file_location("gpu_e2e_cluster", ROOT / "ci" / "e2e" / "cluster.py")
-    if spec.name in sys.modules:
-        return sys.modules[spec.name]
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod          # dataclasses look their module up by name
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def apiserver():
-    """KUBECONFIG env of a fresh control plane (namespace `inference` created); stopped after."""
-    h = _harness()
+    """KUBECONFIG env of a control plane of this module's own (namespace `inference`),
+    stopped after: its releases run pods that would take GPUs of the session's fleet."""
     try:
-        h.Binaries.find()
-    except h.ClusterError as e:
+        harness.Binaries.find()
+    except harness.ClusterError as e:
         pytest.fail(str(e), pytrace=False)
-    with h.Cluster.start() as cluster:
+    with harness.Cluster.start() as cluster:
         env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig))
         _run([str(TOOLS / "kubectl"), "create", "namespace", "inference"], env)
         yield env

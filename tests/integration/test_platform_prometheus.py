@@ -21,7 +21,6 @@ import contextlib
 import http.server
 import json
 import re
-import socket
 import subprocess
 import threading
 import time
@@ -33,6 +32,7 @@ import pytest
 import yaml
 
 from tests.chart.chartlib import render
+from tests.e2e.conftest import harness  # the harness's free_port: bind(0) races
 
 NS = "inference"
 EXPORTER_NS = "gpu-system"
@@ -120,12 +120,6 @@ def exporter():
     server.server_close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def scrape_config(servicemonitor: dict, target: str, *, chart_relabelings: bool = True) -> dict:
     """The scrape job prometheus-operator generates for the ServiceMonitor's endpoint
     (namespace/service/pod/container/job/endpoint target labels from Kubernetes SD, as in
@@ -167,7 +161,7 @@ class Prometheus:
     """A real Prometheus on loopback; stopped (and waited for) on exit."""
 
     def __init__(self, binary: str, tmp: Path, job: dict):
-        self.port = _free_port()
+        self.port = harness.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cfg = tmp / "prometheus.yml"
         cfg.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [job]}))
