@@ -26,18 +26,17 @@ import io
 import json
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
 from gpuvalues.catalog import gfd_product_label
 from gpuvalues.errors import GpuValuesError, InventoryError
+from gpuvalues.jsonschemas import INVENTORY_SCHEMA, load_schema, validator_for
 from gpuvalues.kube import parse_quantity
 from gpuvalues.topology import DEFAULT_TOPOLOGY_KEY, Topology, nvlink_size, parse_topo_matrix
+from gpuvalues.yamlio import format_path
 
-ROOT = Path(__file__).resolve().parent.parent
-INVENTORY_SCHEMA = ROOT / "schemas" / "inventory.schema.json"
 API_VERSION = "gpuvalues/v1"
 KIND = "Inventory"
 
@@ -273,21 +272,13 @@ class Inventory:
         return cls(tuple(nodes), source=source)
 
 
-@lru_cache(maxsize=1)
-def _schema_validator():
-    from jsonschema import Draft202012Validator
-
-    schema = json.loads(INVENTORY_SCHEMA.read_text())
-    Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
-
-
 def _validate(data: Any, source: str | None) -> None:
-    errors = sorted(_schema_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
+    errors = sorted(validator_for(load_schema(INVENTORY_SCHEMA)).iter_errors(data),
+                    key=lambda e: list(e.absolute_path))
     if errors:
         err = errors[0]
-        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path).lstrip(".")
-        raise InventoryError(err.message, source=source, field=path or None)
+        path = format_path(err.absolute_path) if err.absolute_path else None
+        raise InventoryError(err.message, source=source, field=path)
 
 
 # -- GFD labels ------------------------------------------------------------------------

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match, relevance
 
 from gpuvalues.errors import GpuValuesError, SpecError
@@ -29,10 +28,8 @@ from gpuvalues.kube import kube_minor
 from gpuvalues.topology import nvlink_size
 from gpuvalues.yamlio import Loaded, format_path
 
-ROOT = Path(__file__).resolve().parent.parent
-SCHEMAS = ROOT / "schemas"
-SPEC_SCHEMA = SCHEMAS / "spec.schema.json"
-VALUES_SCHEMA = SCHEMAS / "values.schema.json"
+from gpuvalues.jsonschemas import (ROOT, SCHEMAS, SPEC_SCHEMA, VALUES_SCHEMA,  # noqa: F401 (re-exported)
+                                   load_schema, validator_for)
 
 # code -> (title, hint). Stable: add new codes, never renumber.
 CODES = {
@@ -123,41 +120,6 @@ def errors_only(findings: Iterable[Finding]) -> list[Finding]:
 
 
 # ---------------------------------------------------------------- JSON Schema
-
-@functools.lru_cache(maxsize=8)
-def _schema_cached(path: str, mtime: float) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise GpuValuesError(f"schema not found: {path}") from None
-
-
-def load_schema(path: str | Path) -> dict:
-    """Read a JSON Schema file (cached until it changes on disk)."""
-    p = Path(path)
-    try:
-        mtime = p.stat().st_mtime
-    except FileNotFoundError:
-        raise GpuValuesError(f"schema not found: {p}") from None
-    return _schema_cached(str(p), mtime)
-
-
-_VALIDATORS: dict[int, tuple[dict, Draft202012Validator]] = {}
-
-
-def validator_for(schema: dict) -> Draft202012Validator:
-    """A Draft 2020-12 validator with format checking, cached per schema object.
-
-    The schemas themselves are checked against the meta-schema in the tests
-    (check_schema costs more than validating a spec), not on every run.
-    """
-    hit = _VALIDATORS.get(id(schema))
-    if hit is None or hit[0] is not schema:
-        hit = (schema, Draft202012Validator(
-            schema, format_checker=Draft202012Validator.FORMAT_CHECKER))
-        _VALIDATORS[id(schema)] = hit
-    return hit[1]
-
 
 def _branch_errors(error: ValidationError) -> ValidationError:
     """The error that best explains a failed oneOf/anyOf: the closest alternative.
