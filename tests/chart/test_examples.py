@@ -11,7 +11,8 @@ import yaml
 from gpuvalues import cli, pipeline
 from gpuvalues.spec import load_spec
 from gpuvalues.values import build_all
-from tests.chart.chartlib import by_kind, k8s_errors
+from tests.chart.chartlib import by_kind, k8s_errors, render
+from tests.chart.test_workload import one
 from tests.conftest import ROOT, run
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -37,29 +38,16 @@ def test_every_example_workload_has_expectations():
     assert sorted((p.stem, w) for p, w in CASES) == sorted(EXPECT)
 
 
-def _server(objects):
-    (dep,) = [d for d in by_kind(objects, "Deployment")
-              if d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component")
-              == "inference"]
-    return dep
-
-
 @pytest.mark.parametrize("path, workload", CASES, ids=lambda x: getattr(x, "stem", x))
-def test_example_renders_and_validates(helm, tmp_path, path, workload):
+def test_example_renders_and_validates(helm, path, workload):
     spec = load_spec(path)
     built = {b.workload: b for b in build_all(spec)}[workload]
-    values_file = tmp_path / "values.yaml"
-    values_file.write_text(yaml.safe_dump(built.values))
-    proc = run([helm, "template", workload, str(ROOT / "charts" / "gpu-inference"),
-                "--namespace", "inference", "-f", str(values_file),
-                "--kube-version", spec.kubernetes_version])
-    assert proc.returncode == 0, proc.stderr
-    objects = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    objects = render(helm, values=built.values, release=workload, kube_version=spec.kubernetes_version)
     minor = ".".join(spec.kubernetes_version.split(".")[:2])
     for m in sorted({minor, "1.37"}):
         assert k8s_errors(objects, m) == []
     limits, scaler = EXPECT[(path.stem, workload)]
-    dep = _server(objects)
+    dep = one(objects, "Deployment")
     container = dep["spec"]["template"]["spec"]["containers"][0]
     gpu_limits = {k: v for k, v in container["resources"]["limits"].items()
                   if k.startswith("nvidia.com/")}
@@ -86,7 +74,7 @@ def test_tensor_parallel_pods_pin_to_the_nvlink_label(helm4, tmp_path):
     assert cli.main(["render", str(ROOT / "examples" / "nvlink-tp8.yaml"), "-o", str(out),
                      "-q", "--helm", helm4]) == 0
     objects = [yaml.safe_load(p.read_text()) for p in sorted(out.iterdir())]
-    assert _affinity_values(_server(objects), "nvidia.com/gpu.topology") == [["NV8"]]
+    assert _affinity_values(one(objects, "Deployment"), "nvidia.com/gpu.topology") == [["NV8"]]
 
 
 def test_time_slicing_config_reaches_the_device_plugin(helm4, tmp_path):
@@ -98,7 +86,7 @@ def test_time_slicing_config_reaches_the_device_plugin(helm4, tmp_path):
     assert len(configs) == 1
     ts = yaml.safe_load(configs[0]["data"]["ts-4"])["sharing"]["timeSlicing"]
     assert ts["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
-    assert _affinity_values(_server(objects), "nvidia.com/gpu.product") == \
+    assert _affinity_values(one(objects, "Deployment"), "nvidia.com/gpu.product") == \
         [["NVIDIA-GeForce-RTX-4090-SHARED"]]
 
 
@@ -128,7 +116,7 @@ def test_render_without_arguments_uses_the_builtin_spec(helm4):
     proc = run([GV, "render", "--helm", helm4])
     assert proc.returncode == 0, proc.stderr
     objects = [d for d in yaml.safe_load_all(proc.stdout) if d]
-    dep = _server(objects)
+    dep = one(objects, "Deployment")
     limits = dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == 1
     assert "NVIDIA-A100-SXM4-80GB" in _affinity_values(dep, "nvidia.com/gpu.product")[0]

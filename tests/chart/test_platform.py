@@ -10,21 +10,17 @@ from __future__ import annotations
 
 import copy
 import re
-from functools import lru_cache
-from pathlib import Path
 
 import pytest
 import yaml
 
 from gpuvalues.errors import DevicePluginConfigError
 from gpuvalues.sharing import build_device_plugin_config, validate_device_plugin_config
-from tests.chart.chartlib import KUBE_MINORS, by_kind, k8s_errors, template
-from tests.chart.test_workload import crd_errors
-from tests.conftest import CHART, TOOLS, run
+from tests.chart.chartlib import (HELMS, KUBE_MINORS, SCENARIO_DIR, by_kind, crd_errors, k8s_errors, render, rendered,
+                                  scenario_file, template)
+from tests.conftest import CHART, run
 
-SCENARIO_DIR = CHART / "ci"
 PLATFORM_SCENARIOS = sorted(p.name[: -len("-values.yaml")] for p in SCENARIO_DIR.glob("platform-*-values.yaml"))
-HELMS = {"helm": str(TOOLS / "helm"), "helm3": str(TOOLS / "helm3")}
 NS = "inference"
 COMPONENTS = {"device-plugin", "mps-control-daemon", "gpu-feature-discovery", "dcgm-exporter", "prometheus-adapter",
               "gpu-alerts"}
@@ -32,33 +28,9 @@ SM_API = "monitoring.coreos.com/v1/ServiceMonitor"
 RULE_API = "monitoring.coreos.com/v1/PrometheusRule"
 
 
-def scenario(name: str) -> Path:
-    return SCENARIO_DIR / f"{name}-values.yaml"
-
-
-@lru_cache(maxsize=None)
-def rendered(helm_name: str, name: str, api_versions: tuple[str, ...] = ()) -> tuple:
-    proc = template(HELMS[helm_name], scenario(name), namespace=NS, api_versions=api_versions)
-    assert proc.returncode == 0, proc.stderr
-    return tuple(d for d in yaml.safe_load_all(proc.stdout) if d)
-
-
 def objs(helm_name: str, name: str, api_versions: tuple[str, ...] = ()) -> list[dict]:
-    return copy.deepcopy(list(rendered(helm_name, name, api_versions)))
-
-
-def render_values(helm: str, values: dict, tmp_path: Path, **kw) -> list[dict]:
-    f = tmp_path / "values.yaml"
-    f.write_text(yaml.safe_dump(values))
-    proc = template(helm, f, **{"namespace": NS, **kw})
-    assert proc.returncode == 0, proc.stderr
-    return [d for d in yaml.safe_load_all(proc.stdout) if d]
-
-
-def template_values(helm: str, values: dict, tmp_path: Path, **kw):
-    f = tmp_path / "values.yaml"
-    f.write_text(yaml.safe_dump(values))
-    return template(helm, f, **{"namespace": NS, **kw})
+    """A deep copy of the scenario's cached render (chartlib.rendered, Kubernetes 1.34.0)."""
+    return copy.deepcopy(list(rendered(helm_name, name, api_versions=api_versions)))
 
 
 def component(obj: dict) -> str | None:
@@ -93,7 +65,7 @@ def test_platform_scenarios_exist():
 
 @pytest.mark.parametrize("name", PLATFORM_SCENARIOS)
 def test_lint_strict(helm, name):
-    proc = run([helm, "lint", "--strict", "--namespace", NS, str(CHART), "--values", str(scenario(name))])
+    proc = run([helm, "lint", "--strict", "--namespace", NS, str(CHART), "--values", str(scenario_file(name))])
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -155,15 +127,15 @@ def test_one_resource_per_template_file_named_by_kind():
         assert kinds[0].lower() in f.name.replace("-", ""), (f.name, kinds[0])
 
 
-def test_default_namespace_is_refused(helm, tmp_path):
+def test_default_namespace_is_refused(helm):
     values = {"platform": {"dcgmExporter": {"enabled": True}}}
-    proc = template_values(helm, values, tmp_path, namespace="default")
+    proc = template(helm, values=values, namespace="default")
     assert proc.returncode != 0
     assert "must not run in the `default` namespace" in proc.stderr
     values["platform"]["allowDefaultNamespace"] = True
-    assert template_values(helm, values, tmp_path, namespace="default").returncode == 0
+    assert template(helm, values=values, namespace="default").returncode == 0
     # The workload alone may live in default.
-    assert template_values(helm, {}, tmp_path, namespace="default").returncode == 0
+    assert template(helm, values={}, namespace="default").returncode == 0
 
 
 def test_workload_selectors_never_select_platform_pods():
@@ -236,7 +208,7 @@ def test_mig_configs_give_the_plugin_sys_admin_and_mig_monitoring():
 
 @pytest.mark.parametrize("name", ["platform-on", "platform-mig-sharing"])
 def test_configmap_configs_pass_the_device_plugin_rules(name):
-    values = yaml.safe_load(scenario(name).read_text())
+    values = yaml.safe_load(scenario_file(name).read_text())
     cm = one(objs("helm", name), "ConfigMap", "device-plugin")
     configs = {k: yaml.safe_load(v) for k, v in cm["data"].items()}
     expected = (values["platform"]["devicePlugin"].get("config", {}).get("map")
@@ -284,10 +256,10 @@ GENERATED = [
 ]
 
 
-def test_values_accept_configs_gpuvalues_generates(helm4, tmp_path):
+def test_values_accept_configs_gpuvalues_generates(helm4):
     cfgs = {f"cfg-{i}": build_device_plugin_config(**kw) for i, kw in enumerate(GENERATED)}
     cfgs["default"] = cfgs["cfg-0"]
-    objects = render_values(helm4, {"platform": {"devicePlugin": {"enabled": True, "config": {"map": cfgs}}}}, tmp_path)
+    objects = render(helm4, values={"platform": {"devicePlugin": {"enabled": True, "config": {"map": cfgs}}}})
     cm = one(objects, "ConfigMap", "device-plugin")
     assert {k: yaml.safe_load(v) for k, v in cm["data"].items()} == cfgs
 
@@ -308,19 +280,19 @@ BAD_CONFIGS = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
-def test_configs_the_device_plugin_refuses_fail_the_render(helm, case, tmp_path):
+def test_configs_the_device_plugin_refuses_fail_the_render(helm, case):
     cfg = BAD_CONFIGS[case]
     with pytest.raises(DevicePluginConfigError):
         validate_device_plugin_config(cfg)
     values = {"platform": {"devicePlugin": {"enabled": True, "config": {"map": {"default": cfg}}}}}
-    proc = template_values(helm, values, tmp_path)
+    proc = template(helm, values=values)
     assert proc.returncode != 0, case
     assert "platform" in proc.stderr, proc.stderr
 
 
-def test_default_config_must_exist(helm, tmp_path):
+def test_default_config_must_exist(helm):
     values = {"platform": {"devicePlugin": {"enabled": True, "config": {"default": "mig-mixed"}}}}
-    proc = template_values(helm, values, tmp_path)
+    proc = template(helm, values=values)
     assert proc.returncode != 0
     assert '"mig-mixed" is not a key of platform.devicePlugin.config.map' in proc.stderr
 
@@ -366,41 +338,41 @@ def test_every_metric_the_alerts_use_is_collected():
     assert used and used <= fields, used - fields
 
 
-def test_sys_admin_only_with_profiling(helm4, tmp_path):
+def test_sys_admin_only_with_profiling(helm4):
     values = {"autoscaling": {"metrics": [{"name": "DCGM_FI_DEV_GPU_UTIL", "target": "70"}]},
               "platform": {"dcgmExporter": {"enabled": True, "profiling": False}}}
-    objects = render_values(helm4, values, tmp_path)
+    objects = render(helm4, values=values)
     ctr = containers(one(objects, "DaemonSet", "dcgm-exporter"))["dcgm-exporter"]
     assert "add" not in ctr["securityContext"].get("capabilities", {})
     assert not [f for f in counter_fields(objects) if f.startswith("DCGM_FI_PROF_")]
 
 
-def test_profiling_metric_without_profiling_fails(helm, tmp_path):
+def test_profiling_metric_without_profiling_fails(helm):
     values = {"gpu": {"mode": "mig"},
               "platform": {"dcgmExporter": {"enabled": True, "profiling": False},
                            "prometheusAdapter": {"enabled": True}}}
-    proc = template_values(helm, values, tmp_path)
+    proc = template(helm, values=values)
     assert proc.returncode != 0
     assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE is a profiling (DCP) field" in proc.stderr
 
 
 # --- ServiceMonitor / PrometheusRule gating --------------------------------------------
 
-def test_servicemonitor_and_rule_only_with_the_crds_or_forced(helm4, tmp_path):
+def test_servicemonitor_and_rule_only_with_the_crds_or_forced(helm4):
     base = {"platform": {"dcgmExporter": {"enabled": True}}}
     kinds = lambda objects: {o["kind"] for o in platform_objs(objects)}  # noqa: E731
-    plain = kinds(render_values(helm4, base, tmp_path))
+    plain = kinds(render(helm4, values=base))
     assert "ServiceMonitor" not in plain and "PrometheusRule" not in plain
-    with_crds = kinds(render_values(helm4, base, tmp_path, api_versions=(SM_API, RULE_API)))
+    with_crds = kinds(render(helm4, values=base, api_versions=(SM_API, RULE_API)))
     assert {"ServiceMonitor", "PrometheusRule"} <= with_crds
-    with_gv = kinds(render_values(helm4, base, tmp_path, api_versions=("monitoring.coreos.com/v1",)))
+    with_gv = kinds(render(helm4, values=base, api_versions=("monitoring.coreos.com/v1",)))
     assert {"ServiceMonitor", "PrometheusRule"} <= with_gv
-    other = kinds(render_values(helm4, base, tmp_path, api_versions=("monitoring.coreos.com/v1alpha1",)))
+    other = kinds(render(helm4, values=base, api_versions=("monitoring.coreos.com/v1alpha1",)))
     assert "ServiceMonitor" not in other and "PrometheusRule" not in other
     forced = copy.deepcopy(base)
     forced["platform"]["dcgmExporter"]["serviceMonitor"] = {"force": True}
     forced["platform"]["alerts"] = {"force": True}
-    assert {"ServiceMonitor", "PrometheusRule"} <= kinds(render_values(helm4, forced, tmp_path))
+    assert {"ServiceMonitor", "PrometheusRule"} <= kinds(render(helm4, values=forced))
 
 
 def test_servicemonitor_honors_the_workload_labels():
@@ -429,11 +401,11 @@ def adapter_rules(objects) -> list[dict]:
     return config["rules"]
 
 
-def test_adapter_rule_per_scaling_metric(helm4, tmp_path):
+def test_adapter_rule_per_scaling_metric(helm4):
     metrics = [{"name": "DCGM_FI_DEV_GPU_UTIL", "target": "70"},
                {"name": "vllm:num_requests_waiting", "target": "5"}]
-    objects = render_values(helm4, {"autoscaling": {"metrics": metrics},
-                                    "platform": {"prometheusAdapter": {"enabled": True}}}, tmp_path)
+    objects = render(helm4, values={"autoscaling": {"metrics": metrics},
+                                    "platform": {"prometheusAdapter": {"enabled": True}}})
     rules = adapter_rules(objects)
     assert [r["name"] for r in rules] == [
         {"matches": "^DCGM_FI_DEV_GPU_UTIL$", "as": "DCGM_FI_DEV_GPU_UTIL"},
@@ -467,30 +439,30 @@ def test_adapter_rbac():
     assert any(a.startswith("--prometheus-url=http") for a in args)
 
 
-def test_triton_counter_uses_the_rate_query(helm4, tmp_path):
+def test_triton_counter_uses_the_rate_query(helm4):
     values = {"server": {"type": "triton"}, "gpu": {"mode": "shared"},
               "platform": {"prometheusAdapter": {"enabled": True}}}
-    rules = adapter_rules(render_values(helm4, values, tmp_path))
+    rules = adapter_rules(render(helm4, values=values))
     assert len(rules) == 1
     q = rules[0]["metricsQuery"]
     assert "rate(nv_inference_queue_duration_us{<<.LabelMatchers>>}[1m])" in q
     assert "rate(nv_inference_request_success{<<.LabelMatchers>>}[1m])" in q
 
 
-def test_exported_mode_applies_to_dcgm_series_only(helm4, tmp_path):
+def test_exported_mode_applies_to_dcgm_series_only(helm4):
     metrics = [{"name": "DCGM_FI_DEV_GPU_UTIL", "target": "70"},
                {"name": "vllm:num_requests_running", "target": "4"}]
     values = {"autoscaling": {"metrics": metrics},
               "platform": {"prometheusAdapter": {"enabled": True, "exporterLabels": "exported"}}}
-    dcgm, vllm = adapter_rules(render_values(helm4, values, tmp_path))
+    dcgm, vllm = adapter_rules(render(helm4, values=values))
     assert set(dcgm["resources"]["overrides"]) == {"exported_namespace", "exported_pod"}
     assert dcgm["seriesQuery"] == '{__name__="DCGM_FI_DEV_GPU_UTIL",exported_namespace!="",exported_pod!=""}'
     assert set(vllm["resources"]["overrides"]) == {"namespace", "pod"}
 
 
-def test_adapter_off_with_keda(helm4, tmp_path):
+def test_adapter_off_with_keda(helm4):
     values = {"autoscaling": {"engine": "keda"}, "platform": {"prometheusAdapter": {"enabled": True}}}
-    assert not [o for o in render_values(helm4, values, tmp_path) if component(o) == "prometheus-adapter"]
+    assert not [o for o in render(helm4, values=values) if component(o) == "prometheus-adapter"]
 
 
 # --- values / schema --------------------------------------------------------------------
@@ -501,7 +473,7 @@ def test_adapter_off_with_keda(helm4, tmp_path):
     ({"platform": {"alerts": {"xidWindow": "ten minutes"}}}, "xidWindow"),
     ({"platform": {"devicePlugin": {"enabeld": True}}}, "enabeld"),
 ])
-def test_schema_rejects_bad_platform_values(helm, values, message, tmp_path):
-    proc = template_values(helm, values, tmp_path)
+def test_schema_rejects_bad_platform_values(helm, values, message):
+    proc = template(helm, values=values)
     assert proc.returncode != 0
     assert message in proc.stderr, proc.stderr

@@ -11,29 +11,20 @@ import copy
 import math
 import re
 import subprocess
-from functools import lru_cache
 from pathlib import Path
 
-import jsonschema
-import kubernetes_validate
 import pytest
 import yaml
 
-from tests.chart.chartlib import KUBE_MINORS, by_kind, template
-from tests.conftest import CHART, TOOLS
+from tests.chart.chartlib import (KUBE_MINORS, SCENARIO_DIR, by_kind, crd_errors, crd_validators, k8s_errors,
+                                  render, rendered, rendered_text, scenario_file)
+from tests.conftest import CHART
 
-SCENARIO_DIR = CHART / "ci"
 # The seven scenarios the issue names; platform-*-values.yaml belong to the platform part.
 EXPECTED_SCENARIOS = {"minimal", "whole-hpa", "mig-mixed", "timesliced-queue", "dra", "keda",
                       "multigpu-nvlink"}
 SCENARIOS = sorted(p.name[: -len("-values.yaml")] for p in SCENARIO_DIR.glob("*-values.yaml")
                    if not p.name.startswith("platform-"))
-CRD_DIR = Path(__file__).parent / "data" / "crds"
-HELMS = {"helm": TOOLS / "helm", "helm3": TOOLS / "helm3"}
-
-
-def scenario_file(name: str) -> Path:
-    return SCENARIO_DIR / f"{name}-values.yaml"
 
 
 def min_minor(name: str) -> int:
@@ -47,24 +38,13 @@ def minors_for(name: str) -> list[str]:
     return [m for m in KUBE_MINORS if int(m.split(".")[1]) >= min_minor(name)]
 
 
-@lru_cache(maxsize=None)
-def rendered(helm_name: str, scenario: str, kube_version: str) -> tuple:
-    """Objects from one `helm template` run (cached: each render happens once)."""
-    proc = template(str(HELMS[helm_name]), scenario_file(scenario), kube_version=kube_version)
-    assert proc.returncode == 0, proc.stderr
-    return tuple(d for d in yaml.safe_load_all(proc.stdout) if d)
+def default_kube(scenario: str) -> str:
+    return f"1.{max(min_minor(scenario), 34)}.0"
 
 
 def objects(helm_name: str, scenario: str, kube_version: str | None = None) -> list[dict]:
-    kube_version = kube_version or f"1.{max(min_minor(scenario), 34)}.0"
-    return copy.deepcopy(list(rendered(helm_name, scenario, kube_version)))
-
-
-def render_set(helm: str, set_values: dict | None = None, *files: Path, kube_version: str = "1.34.0",
-               **kw) -> list[dict]:
-    proc = template(helm, *files, set_values=set_values, kube_version=kube_version, **kw)
-    assert proc.returncode == 0, proc.stderr
-    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+    """A deep copy of the scenario's cached render (chartlib.rendered)."""
+    return copy.deepcopy(list(rendered(helm_name, scenario, kube_version or default_kube(scenario))))
 
 
 def ours(objs: list[dict]) -> list[dict]:
@@ -88,65 +68,6 @@ def helm_id(path_or_name) -> str:
     return Path(str(path_or_name)).name
 
 
-# --- CRD schemas (upstream openAPIV3Schema, shipped in tests/chart/data/crds) -------------
-
-def _strict(schema):
-    """Like the API server's strict field validation: unknown fields are errors unless the
-    schema preserves them; OpenAPI's int-or-string becomes an explicit anyOf."""
-    if isinstance(schema, dict):
-        schema = {k: _strict(v) for k, v in schema.items()}
-        if isinstance(schema.get("pattern"), str) and schema["pattern"].startswith("^(?i)"):
-            # Go's RE2 allows a flag group after ^; Python needs global flags first.
-            schema["pattern"] = "(?i)^" + schema["pattern"][5:]
-        if schema.get("x-kubernetes-int-or-string"):
-            schema.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])
-        if (schema.get("type") == "object" and "properties" in schema
-                and "additionalProperties" not in schema
-                and not schema.get("x-kubernetes-preserve-unknown-fields")):
-            schema["additionalProperties"] = False
-        return schema
-    if isinstance(schema, list):
-        return [_strict(s) for s in schema]
-    return schema
-
-
-@lru_cache(maxsize=None)
-def crd_validators() -> dict[tuple[str, str], jsonschema.protocols.Validator]:
-    """(apiVersion, kind) -> a validator for the CRD's openAPIV3Schema."""
-    out = {}
-    for f in sorted(CRD_DIR.glob("*.yaml")):
-        doc = yaml.safe_load(f.read_text())
-        schema = _strict(doc["openAPIV3Schema"])
-        # metadata is validated by the API server itself, not by the CRD schema.
-        schema["properties"]["metadata"] = {"type": "object"}
-        jsonschema.Draft7Validator.check_schema(schema)
-        out[(f"{doc['group']}/{doc['version']}", doc["kind"])] = jsonschema.Draft7Validator(schema)
-    return out
-
-
-def crd_errors(obj: dict) -> list[str]:
-    v = crd_validators()[(obj["apiVersion"], obj["kind"])]
-    return [f"{obj['kind']}/{obj['metadata']['name']}: {e.json_path}: {e.message}"
-            for e in v.iter_errors(obj)]
-
-
-# --- Kubernetes schema validation ---------------------------------------------------------
-
-def k8s_problems(objs: list[dict], minor: str) -> list[str]:
-    """Strict kubernetes-validate errors; built-in kinds must have a schema (only CRDs skip)."""
-    errors = []
-    for obj in objs:
-        try:
-            kubernetes_validate.validate(obj, minor, strict=True)
-        except kubernetes_validate.SchemaNotFoundError:
-            if (obj["apiVersion"], obj["kind"]) not in crd_validators():
-                errors.append(f"{obj['kind']} {obj['apiVersion']}: no schema in Kubernetes {minor}")
-        except kubernetes_validate.ValidationError as exc:
-            errors.append(f"{obj['kind']}/{obj['metadata']['name']} @ {minor}: "
-                          f"{'.'.join(map(str, exc.path))}: {exc.message}")
-    return errors
-
-
 # ===========================================================================================
 
 def test_the_seven_scenarios_exist():
@@ -156,7 +77,7 @@ def test_the_seven_scenarios_exist():
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_lint_strict(helm, scenario):
     proc = subprocess.run([helm, "lint", "--strict", str(CHART), "--values", str(scenario_file(scenario)),
-                           "--kube-version", f"1.{max(min_minor(scenario), 34)}.0"],
+                           "--kube-version", default_kube(scenario)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 chart(s) failed" in proc.stdout
@@ -172,7 +93,7 @@ def test_every_object_validates_for_every_supported_minor(helm, scenario):
         # Render at the oldest supported version (exercises the pre-1.30 preStop exec
         # path) and at 1.37; validate each minor against the render meant for it.
         objs = objects(name, scenario, f"1.{low}.0" if m < 30 else "1.37.0")
-        assert objs and k8s_problems(objs, minor) == []
+        assert objs and k8s_errors(objs, minor) == []
         checked += 1
     assert checked == len(minors_for(scenario)) and checked >= 4
 
@@ -181,7 +102,7 @@ def test_dra_scenario_really_needs_1_34():
     # The 1.33 schema has no resource.k8s.io/v1 and no resourceClaimTemplateName on pods:
     # the minKube comment is not just caution.
     objs = objects("helm", "dra", "1.37.0")
-    assert k8s_problems(objs, "1.33") != []
+    assert k8s_errors(objs, "1.33") != []
     assert min_minor("dra") == 34
 
 
@@ -353,11 +274,10 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_rendered_yaml_has_no_duplicate_keys(helm4, scenario):
-    proc = template(helm4, scenario_file(scenario), kube_version=f"1.{max(min_minor(scenario), 34)}.0")
-    assert proc.returncode == 0, proc.stderr
-    docs = [d for d in yaml.load_all(proc.stdout, Loader=_UniqueKeyLoader) if d]
+    text = rendered_text(helm_id(helm4), scenario, default_kube(scenario))
+    docs = [d for d in yaml.load_all(text, Loader=_UniqueKeyLoader) if d]
     assert docs
-    assert not re.search(r"\n[ \t]+\n", proc.stdout), "whitespace-only lines in the rendered YAML"
+    assert not re.search(r"\n[ \t]+\n", text), "whitespace-only lines in the rendered YAML"
 
 
 def test_duplicate_key_loader_works():
@@ -387,10 +307,10 @@ COMBOS = [(m, s, e) for m in ("whole", "mig", "shared", "dra") for s in ("vllm",
 def test_every_mode_server_engine_combination_renders_valid_objects(helm4):
     """36 combinations on Helm 4: strict Kubernetes 1.34 and 1.37 schemas, CRD schemas, policy."""
     for mode, stype, engine in COMBOS:
-        objs = render_set(helm4, _combo_values(mode, stype, engine), kube_version="1.34.0")
+        objs = render(helm4, set_values=_combo_values(mode, stype, engine), kube_version="1.34.0")
         where = (mode, stype, engine)
         for minor in ("1.34", "1.37"):
-            assert k8s_problems(objs, minor) == [], where
+            assert k8s_errors(objs, minor) == [], where
         for o in objs:
             if (o["apiVersion"], o["kind"]) in crd_validators():
                 assert crd_errors(o) == [], where
@@ -405,5 +325,5 @@ def test_every_mode_server_engine_combination_renders_valid_objects(helm4):
 def test_helm4_and_helm3_render_the_same_objects(scenario):
     # Same chart, same values: both majors must produce identical objects (the templates use
     # nothing whose behaviour differs between Helm 3.17 and Helm 4.1).
-    kube = f"1.{max(min_minor(scenario), 34)}.0"
+    kube = default_kube(scenario)
     assert objects("helm", scenario, kube) == objects("helm3", scenario, kube)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.chart.chartlib import by_kind, template
-from tests.chart.test_workload import one, render_set, scenario_file, server
+from tests.chart.chartlib import by_kind, render, scenario_file, template
+from tests.chart.test_workload import helm_id, objects, one, server
 from tests.conftest import CHART
 
 
@@ -31,6 +31,11 @@ def notes(helm4: str, tmp_path: Path, values: dict) -> str:
                           capture_output=True, text=True, env=dict(os.environ, KUBECONFIG=str(tmp_path / "none")))
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.split("NOTES:", 1)[1]
+
+
+def scenario_objs(helm: str, name: str) -> list[dict]:
+    """The ci/ scenario's objects at Kubernetes 1.34.0, from test_workload's cached render."""
+    return objects(helm_id(helm), name, "1.34.0")
 
 
 def gpu_limits(objs) -> dict:
@@ -57,21 +62,21 @@ def gpu_limits(objs) -> dict:
     ({"gpu.mode": "dra"}, {}),
 ])
 def test_gpu_resources_in_limits_only(helm, values, expected):
-    objs = render_set(helm, values)
+    objs = render(helm, set_values=values)
     c = server(objs)
     assert gpu_limits(objs) == expected
     assert not [k for k in c["resources"].get("requests", {}) if "nvidia.com" in k]
 
 
 def test_gpu_request_equal_to_limit_is_allowed(helm4):
-    objs = render_set(helm4, {"gpu.count": "2", "topology.values[0]": "NV8",
+    objs = render(helm4, set_values={"gpu.count": "2", "topology.values[0]": "NV8",
                               "resources.requests.nvidia\\.com/gpu": "2"})
     res = server(objs)["resources"]
     assert res["requests"]["nvidia.com/gpu"] == 2 and res["limits"]["nvidia.com/gpu"] == 2
 
 
 def test_dra_claim_template_and_pod_reference(helm):
-    objs = render_set(helm, {}, scenario_file("dra"), kube_version="1.34.0")
+    objs = scenario_objs(helm, "dra")
     rct = one(objs, "ResourceClaimTemplate")
     assert rct["apiVersion"] == "resource.k8s.io/v1"
     req = rct["spec"]["spec"]["devices"]["requests"][0]
@@ -85,7 +90,7 @@ def test_dra_claim_template_and_pod_reference(helm):
 
 
 def test_dra_mig_uses_a_cel_selector_on_the_profile(helm4):
-    objs = render_set(helm4, {"gpu.mode": "dra", "gpu.dra.deviceClassName": "mig.nvidia.com",
+    objs = render(helm4, set_values={"gpu.mode": "dra", "gpu.dra.deviceClassName": "mig.nvidia.com",
                               "gpu.dra.migProfile": "1g.10gb"})
     exactly = one(objs, "ResourceClaimTemplate")["spec"]["spec"]["devices"]["requests"][0]["exactly"]
     assert exactly["deviceClassName"] == "mig.nvidia.com"
@@ -99,7 +104,7 @@ def test_dra_mig_uses_a_cel_selector_on_the_profile(helm4):
 
 @pytest.mark.parametrize("timeout, period, threshold", [(900, 10, 90), (95, 10, 10), (30, 7, 5), (2400, 30, 80)])
 def test_startup_probe_covers_the_model_load_time(helm4, timeout, period, threshold):
-    objs = render_set(helm4, {"server.modelLoadTimeoutSeconds": str(timeout),
+    objs = render(helm4, set_values={"server.modelLoadTimeoutSeconds": str(timeout),
                               "probes.startup.periodSeconds": str(period)})
     sp = server(objs)["startupProbe"]
     assert sp["failureThreshold"] == threshold and sp["periodSeconds"] == period
@@ -112,7 +117,7 @@ def test_startup_probe_covers_the_model_load_time(helm4, timeout, period, thresh
     ("triton", "/v2/health/live", "/v2/health/ready", {"http": 8000, "grpc": 8001, "metrics": 8002}),
 ])
 def test_server_types_use_their_real_health_endpoints(helm, stype, live, ready, ports):
-    objs = render_set(helm, TRITON if stype == "triton" else {"server.type": stype})
+    objs = render(helm, set_values=TRITON if stype == "triton" else {"server.type": stype})
     c = server(objs)
     assert c["livenessProbe"]["httpGet"] == {"path": live, "port": "http"}
     assert c["readinessProbe"]["httpGet"] == {"path": ready, "port": "http"}
@@ -123,21 +128,21 @@ def test_server_types_use_their_real_health_endpoints(helm, stype, live, ready, 
 
 
 def test_triton_command_line(helm4):
-    c = server(render_set(helm4, {}, scenario_file("mig-mixed")))
+    c = server(scenario_objs(helm4, "mig-mixed"))
     assert c["command"] == ["tritonserver"]
     assert c["args"] == ["--model-repository=/models", "--http-port=8000", "--grpc-port=8001",
                          "--metrics-port=8002", "--strict-readiness=true"]
 
 
 def test_vllm_tensor_parallel_matches_gpu_count(helm4):
-    c = server(render_set(helm4, {}, scenario_file("multigpu-nvlink")))
+    c = server(scenario_objs(helm4, "multigpu-nvlink"))
     assert "--tensor-parallel-size=4" in c["args"]
     assert "--model=/models/meta-llama/Llama-3.1-70B-Instruct" in c["args"]
     assert "--served-model-name=meta-llama/Llama-3.1-70B-Instruct" in c["args"]
 
 
 def test_custom_server_takes_everything_from_values(helm4):
-    objs = render_set(helm4, {"server.type": "custom", "server.image.repository": "registry.example/srv",
+    objs = render(helm4, set_values={"server.type": "custom", "server.image.repository": "registry.example/srv",
                               "server.image.tag": "2.1.0", "server.command[0]": "/bin/serve",
                               "server.args[0]": "--fast", "server.custom.livenessPath": "/alive",
                               "server.custom.readinessPath": "/loaded", "server.ports.metrics": "9090",
@@ -153,17 +158,17 @@ def test_custom_server_takes_everything_from_values(helm4):
 
 def test_image_digest(helm):
     digest = "sha256:" + "ab" * 32      # a syntactically valid digest, for rendering only
-    c = server(render_set(helm, {"server.image.digest": digest}))
+    c = server(render(helm, set_values={"server.image.digest": digest}))
     assert c["image"] == f"vllm/vllm-openai:v0.11.0@{digest}"
 
 
 @pytest.mark.parametrize("kube, action", [("1.29.0", "exec"), ("1.30.0", "sleep"), ("1.37.0", "sleep")])
 def test_prestop_hook_and_grace(helm4, kube, action):
-    c = server(render_set(helm4, {}, kube_version=kube))
+    c = server(render(helm4, kube_version=kube))
     pre = c["lifecycle"]["preStop"]
     assert list(pre) == [action]
     assert pre == ({"sleep": {"seconds": 15}} if action == "sleep" else {"exec": {"command": ["sleep", "15"]}})
-    pod = one(render_set(helm4, {}, kube_version=kube), "Deployment")["spec"]["template"]["spec"]
+    pod = one(render(helm4, kube_version=kube), "Deployment")["spec"]["template"]["spec"]
     assert pod["terminationGracePeriodSeconds"] == 120
 
 
@@ -206,7 +211,7 @@ def test_metric_interface_for_the_platform_part(helm, tmp_path):
 
 
 def test_hpa_uses_pods_metrics_with_adapter_names(helm):
-    objs = render_set(helm, {}, scenario_file("whole-hpa"))
+    objs = scenario_objs(helm, "whole-hpa")
     hpa = one(objs, "HorizontalPodAutoscaler")
     assert hpa["apiVersion"] == "autoscaling/v2"
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
@@ -227,7 +232,7 @@ def test_hpa_uses_pods_metrics_with_adapter_names(helm):
 @pytest.mark.parametrize("engine, kinds", [("hpa", {"HorizontalPodAutoscaler"}), ("keda", {"ScaledObject"}),
                                            ("none", set())])
 def test_replicas_only_without_an_autoscaler(helm, engine, kinds):
-    objs = render_set(helm, {"autoscaling.engine": engine, "replicaCount": "3"})
+    objs = render(helm, set_values={"autoscaling.engine": engine, "replicaCount": "3"})
     dep = one(objs, "Deployment")
     assert {o["kind"] for o in objs} & {"HorizontalPodAutoscaler", "ScaledObject"} == kinds
     if engine == "none":
@@ -237,7 +242,7 @@ def test_replicas_only_without_an_autoscaler(helm, engine, kinds):
 
 
 def test_keda_scaled_object(helm):
-    objs = render_set(helm, {}, scenario_file("keda"))
+    objs = scenario_objs(helm, "keda")
     so = one(objs, "ScaledObject")
     spec = so["spec"]
     assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (2, 12)
@@ -258,7 +263,7 @@ def test_keda_scaled_object(helm):
 
 
 def test_keda_threshold_from_milli_quantity(helm4):
-    so = one(render_set(helm4, {"autoscaling.engine": "keda", "gpu.mode": "mig"}), "ScaledObject")
+    so = one(render(helm4, set_values={"autoscaling.engine": "keda", "gpu.mode": "mig"}), "ScaledObject")
     assert so["spec"]["triggers"][0]["metadata"]["threshold"] == "0.7"
 
 
@@ -271,7 +276,7 @@ def test_keda_threshold_from_milli_quantity(helm4):
     ({"pdb.minAvailable": "50%", "autoscaling.minReplicas": "3"}, {"minAvailable": "50%"}),
 ])
 def test_pdb(helm, values, expected):
-    pdb = one(render_set(helm, values), "PodDisruptionBudget")
+    pdb = one(render(helm, set_values=values), "PodDisruptionBudget")
     spec = pdb["spec"]
     assert {k: v for k, v in spec.items() if k in ("maxUnavailable", "minAvailable")} == expected
     assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
@@ -280,7 +285,7 @@ def test_pdb(helm, values, expected):
 # --- Placement -------------------------------------------------------------------------------
 
 def test_multigpu_nvlink_placement(helm):
-    pod = one(render_set(helm, {}, scenario_file("multigpu-nvlink")), "Deployment")["spec"]["template"]["spec"]
+    pod = one(scenario_objs(helm, "multigpu-nvlink"), "Deployment")["spec"]["template"]["spec"]
     na = pod["affinity"]["nodeAffinity"]
     assert na["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [{"matchExpressions": [
         {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]},
@@ -302,7 +307,7 @@ WHOLE_GPU_NODE = [{"key": "nvidia.com/mig.strategy", "operator": "NotIn", "value
 
 
 def test_single_gpu_pod_has_no_topology_requirement_but_avoids_sliced_nodes(helm4):
-    pod = one(render_set(helm4, {}), "Deployment")["spec"]["template"]["spec"]
+    pod = one(render(helm4), "Deployment")["spec"]["template"]["spec"]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": WHOLE_GPU_NODE}]
     assert "preferredDuringSchedulingIgnoredDuringExecution" not in pod["affinity"]["nodeAffinity"]
@@ -317,7 +322,7 @@ def test_user_affinity_terms_are_anded_with_the_charts(helm4, tmp_path):
             {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["b"]}]}]}}},
         "podAntiAffinity": "none", "priorityClassName": "gpu-high",
         "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]}))
-    pod = one(render_set(helm4, {}, vals), "Deployment")["spec"]["template"]["spec"]
+    pod = one(render(helm4, vals), "Deployment")["spec"]["template"]["spec"]
     mig = [{"key": "nvidia.com/mig.strategy", "operator": "In", "values": ["mixed"]}]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}, *mig]},
@@ -328,7 +333,7 @@ def test_user_affinity_terms_are_anded_with_the_charts(helm4, tmp_path):
 
 
 def test_shared_mode_requires_a_sharing_node(helm4):
-    pod = one(render_set(helm4, {}, scenario_file("timesliced-queue")), "Deployment")["spec"]["template"]["spec"]
+    pod = one(scenario_objs(helm4, "timesliced-queue"), "Deployment")["spec"]["template"]["spec"]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [{"key": "nvidia.com/gpu.sharing-strategy", "operator": "In",
                                             "values": ["time-slicing", "mps"]}]}]
@@ -337,7 +342,7 @@ def test_shared_mode_requires_a_sharing_node(helm4):
 # --- Security, token, service account, test pod ---------------------------------------------
 
 def test_token_is_a_secret_reference_mounted_as_a_file(helm):
-    objs = render_set(helm, {}, scenario_file("whole-hpa"))
+    objs = scenario_objs(helm, "whole-hpa")
     pod = one(objs, "Deployment")["spec"]["template"]["spec"]
     c = server(objs)
     env = {e["name"]: e for e in c["env"]}
@@ -349,17 +354,17 @@ def test_token_is_a_secret_reference_mounted_as_a_file(helm):
 
 
 def test_token_as_env_uses_secret_key_ref(helm4):
-    c = server(render_set(helm4, {"model.token.secretName": "hf", "model.token.mountAs": "env"}))
+    c = server(render(helm4, set_values={"model.token.secretName": "hf", "model.token.mountAs": "env"}))
     env = {e["name"]: e for e in c["env"]}
     assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
     assert not any("value" in e and "TOKEN" in e["name"] for e in c["env"])
 
 
 def test_model_sources(helm4):
-    pvc = one(render_set(helm4, {}, scenario_file("whole-hpa")), "Deployment")["spec"]["template"]["spec"]
+    pvc = one(scenario_objs(helm4, "whole-hpa"), "Deployment")["spec"]["template"]["spec"]
     vol = next(v for v in pvc["volumes"] if v["name"] == "model")
     assert vol == {"name": "model", "persistentVolumeClaim": {"claimName": "llama-31-8b-weights", "readOnly": True}}
-    init = one(render_set(helm4, {}, scenario_file("keda")), "Deployment")["spec"]["template"]["spec"]
+    init = one(scenario_objs(helm4, "keda"), "Deployment")["spec"]["template"]["spec"]
     ic = init["initContainers"][0]
     assert ic["image"] == "amazon/aws-cli:2.22.35"
     assert {"name": "model", "mountPath": "/models"} in ic["volumeMounts"]
@@ -367,7 +372,7 @@ def test_model_sources(helm4):
 
 
 def test_security_defaults(helm):
-    objs = render_set(helm, {})
+    objs = render(helm)
     pod = one(objs, "Deployment")["spec"]["template"]["spec"]
     sc = server(objs)["securityContext"]
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -385,16 +390,16 @@ def test_security_defaults(helm):
 
 
 def test_helm_test_pod_calls_the_readiness_endpoint(helm):
-    objs = render_set(helm, {**TRITON})
+    objs = render(helm, set_values={**TRITON})
     pod = one(objs, "Pod")
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     assert pod["spec"]["containers"][0]["args"][-1] == "http://gi-gpu-inference:8000/v2/health/ready"
 
 
 def test_service_monitor_scrapes_the_metrics_port(helm4):
-    sm = one(render_set(helm4, {"serviceMonitor.enabled": "true", **TRITON}), "ServiceMonitor")
+    sm = one(render(helm4, set_values={"serviceMonitor.enabled": "true", **TRITON}), "ServiceMonitor")
     assert sm["spec"]["endpoints"][0]["port"] == "metrics" and sm["spec"]["endpoints"][0]["path"] == "/metrics"
-    sm = one(render_set(helm4, {"serviceMonitor.enabled": "true"}), "ServiceMonitor")
+    sm = one(render(helm4, set_values={"serviceMonitor.enabled": "true"}), "ServiceMonitor")
     assert sm["spec"]["endpoints"][0]["port"] == "http"
 
 
@@ -418,10 +423,10 @@ def test_keda_queries_are_valid_promql(helm4, promtool, tmp_path):
     queries = []
     for scenario_values in ({}, {"gpu.mode": "mig"}, {"gpu.mode": "shared", **MEM},
                             {"gpu.mode": "shared", **TRITON}):
-        so = one(render_set(helm4, {**scenario_values, "autoscaling.engine": "keda"}), "ScaledObject")
+        so = one(render(helm4, set_values={**scenario_values, "autoscaling.engine": "keda"}), "ScaledObject")
         queries += [t["metadata"]["query"] for t in so["spec"]["triggers"]]
     queries += [t["metadata"]["query"] for t in
-                one(render_set(helm4, {}, scenario_file("keda")), "ScaledObject")["spec"]["triggers"]]
+                one(scenario_objs(helm4, "keda"), "ScaledObject")["spec"]["triggers"]]
     rules = {"groups": [{"name": "keda", "rules": [{"record": f"keda:q{i}", "expr": q}
                                                    for i, q in enumerate(queries)]}]}
     f = tmp_path / "rules.yaml"
@@ -438,39 +443,40 @@ def test_chart_metadata_and_image_annotation_match_the_defaults(helm4):
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["apiVersion"] == "v2" and chart["kubeVersion"] == ">=1.29.0-0"
     listed = {i["image"] for i in yaml.safe_load(chart["annotations"]["images"])}
-    rendered = {server(render_set(helm4, v))["image"] for v in ({"server.type": "vllm"}, TRITON)}
-    rendered.add(one(render_set(helm4, {}), "Pod")["spec"]["containers"][0]["image"])
+    rendered = {server(render(helm4, set_values=v))["image"] for v in ({"server.type": "vllm"}, TRITON)}
+    rendered.add(one(render(helm4), "Pod")["spec"]["containers"][0]["image"])
     assert listed == rendered
 
 
 def test_model_names_with_yaml_specials_stay_strings(helm4):
-    c = server(render_set(helm4, {"model.name": "org/model: v2 #1"}))
+    c = server(render(helm4, set_values={"model.name": "org/model: v2 #1"}))
     assert "--model=org/model: v2 #1" in c["args"]
 
 
 def test_time_sliced_mig_requires_mixed_strategy_nodes(helm4):
-    pod = one(render_set(helm4, {"gpu.mode": "shared", **MEM, "gpu.shared.resourceName": "nvidia.com/mig-1g.10gb.shared"}),
+    pod = one(render(helm4, set_values={"gpu.mode": "shared", **MEM,
+                                        "gpu.shared.resourceName": "nvidia.com/mig-1g.10gb.shared"}),
               "Deployment")["spec"]["template"]["spec"]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [{"key": "nvidia.com/mig.strategy", "operator": "In", "values": ["mixed"]}]}]
 
 
 def test_network_policy_admits_only_the_listed_peers_to_the_server_ports(helm):
-    np = one(render_set(helm, {}, scenario_file("whole-hpa")), "NetworkPolicy")
+    np = one(scenario_objs(helm, "whole-hpa"), "NetworkPolicy")
     assert np["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "inference"
     assert np["spec"]["policyTypes"] == ["Ingress"]
     rule = np["spec"]["ingress"][0]
     assert [p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in rule["from"]] == \
         ["monitoring", "gateway"]
     assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
-    np = one(render_set(helm, {"networkPolicy.enabled": "true", **TRITON}), "NetworkPolicy")
+    np = one(render(helm, set_values={"networkPolicy.enabled": "true", **TRITON}), "NetworkPolicy")
     assert np["spec"]["ingress"][0]["from"] == [{"podSelector": {}}]
     assert [p["port"] for p in np["spec"]["ingress"][0]["ports"]] == ["http", "grpc", "metrics"]
-    assert not by_kind(render_set(helm, {}), "NetworkPolicy")
+    assert not by_kind(render(helm), "NetworkPolicy")
 
 
 def test_shared_vllm_memory_fraction(helm4, tmp_path):
-    c = server(render_set(helm4, {}, scenario_file("timesliced-queue")))
+    c = server(scenario_objs(helm4, "timesliced-queue"))
     assert "--gpu-memory-utilization=0.22" in c["args"]
     # Without one, the install notes warn (vLLM would preallocate 90% of the shared GPU).
     assert "WARNING: vLLM on a shared GPU without a memory fraction" in notes(helm4, tmp_path, {"gpu.mode": "shared"})
@@ -487,7 +493,7 @@ def test_gpu_request_from_a_values_file_is_compared_as_a_number(helm, tmp_path):
     # YAML numbers reach templates as float64; 1 must still equal the limit 1.
     f = tmp_path / "v.yaml"
     f.write_text("resources:\n  requests:\n    nvidia.com/gpu: 1\n    cpu: '1'\n")
-    assert server(render_set(helm, {}, f))["resources"]["requests"]["nvidia.com/gpu"] == 1
+    assert server(render(helm, f))["resources"]["requests"]["nvidia.com/gpu"] == 1
     f.write_text("resources:\n  requests:\n    nvidia.com/gpu: 2\n")
     proc = template(helm, f)
     assert proc.returncode != 0 and "GPU requests must equal limits" in proc.stderr
@@ -509,7 +515,7 @@ def test_default_behavior_is_the_librarys_recommendation():
     ({"probes.readiness.path": "/v1/models/ready"}, "/v1/models/ready"),
 ])
 def test_vllm_readiness_path(helm4, values, ready):
-    c = server(render_set(helm4, values))
+    c = server(render(helm4, set_values=values))
     assert c["readinessProbe"]["httpGet"]["path"] == ready
     assert c["livenessProbe"] != c["readinessProbe"]
 

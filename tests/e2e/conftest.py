@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ROOT / ".tools" / "bin"
+from tests.conftest import ROOT, TOOLS
+
 INVENTORY = Path(__file__).with_name("inventory.yaml")
 
 

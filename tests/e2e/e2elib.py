@@ -4,17 +4,16 @@ rendered pod spec, so a template that requests the wrong thing is caught."""
 from __future__ import annotations
 
 import copy
-import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Mapping
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "gpu-inference"
-HELM = ROOT / ".tools" / "bin" / "helm"
+from tests.chart import chartlib
+from tests.conftest import CHART, ROOT, TOOLS  # noqa: F401  (tests use e2elib.ROOT and e2elib.CHART)
+
+HELM = TOOLS / "helm"
 SCENARIOS = sorted((CHART / "ci").glob("*-values.yaml"))
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_PRESENT = "nvidia.com/gpu.present"
@@ -39,15 +38,10 @@ def effective_values(values_file: Path | None = None, extra: Mapping | None = No
 
 
 def render(release: str, namespace: str, values_files: list[Path], extra: Mapping | None = None) -> list[dict]:
-    """`helm template` with the same inputs as the install; the objects it renders."""
-    cmd = [str(HELM), "template", release, str(CHART), "-n", namespace]
-    for f in values_files:
-        cmd += ["-f", str(f)]
-    if extra:
-        cmd += ["-f", "-"]
-    res = subprocess.run(cmd, input=json.dumps(extra) if extra else None, capture_output=True, text=True)
-    assert res.returncode == 0, f"helm template failed:\n{res.stderr}"
-    return [d for d in yaml.safe_load_all(res.stdout) if d]
+    """`helm template` with the same inputs as the install (helm's default Kubernetes
+    version, as before: no --kube-version); the objects it renders."""
+    return chartlib.render(str(HELM), *values_files, values=dict(extra) if extra else None,
+                           release=release, namespace=namespace, kube_version=None)
 
 
 def gpu_resource(values: Mapping) -> tuple[str | None, int]:
