@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 
-from gpuvalues.planner import ModelDemand, NodePool, plan
+from gpuvalues.planners.milp import ModelDemand, NodePool, plan
 
 A100 = {"1g.10gb": 1.0, "1g.20gb": 1.05, "2g.20gb": 2.1, "3g.40gb": 3.5, "4g.40gb": 4.5, "7g.80gb": 7.5}
 

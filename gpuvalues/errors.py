@@ -7,6 +7,9 @@ a bug and shows a traceback. Errors about a file carry its location so the messa
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Iterable
+
 
 class GpuValuesError(ValueError):
     """Base class: bad input or an impossible request, never a bug in gpuvalues."""
@@ -75,3 +78,91 @@ class ToolNotFoundError(GpuValuesError):
 
 class RenderError(GpuValuesError):
     """helm failed to render the chart, or a rendered object is invalid."""
+
+
+# code -> (title, hint). Stable: add new codes, never renumber.
+CODES = {
+    "GV000": ("schema", "change the value to what the schema allows"),
+    "GV001": ("MIG profile not on this GPU model",
+              "pick a profile the GPU offers (gpuvalues plan lists them) or another node pool"),
+    "GV002": ("MIG layout impossible",
+              "use fewer or smaller instances; `gpuvalues plan` computes a valid layout"),
+    "GV003": ("autoscaling metric invalid for the GPU mode",
+              "use the metric gpuvalues chooses (autoscaling.metric: choose)"),
+    "GV004": ("PodDisruptionBudget blocks node drains",
+              "set pdb.maxUnavailable: 1, or minAvailable below minReplicas"),
+    "GV005": ("maxReplicas x GPUs per replica exceeds the inventory",
+              "lower autoscaling.maxReplicas or add GPU nodes"),
+    "GV006": ("tensor-parallel degree larger than the node's NVLink group",
+              "lower tensorParallel to the NVLink group size or use a node pool with larger "
+              "NVLink groups"),
+    "GV007": ("time-slicing with memory need above GPU memory / replicas (OOM risk)",
+              "lower replicasPerGpu, use MIG (memory isolation) or whole GPUs"),
+    "GV008": ("GPU requests differ from limits",
+              "set GPU resources in limits only (requests, if given, equal to limits)"),
+    "GV009": ("DRA needs Kubernetes >= 1.34",
+              "target Kubernetes 1.34+ (kubernetesVersion / --kube-version) or use whole/mig"),
+    "GV010": ("value read differently by YAML 1.1 (Helm) and YAML 1.2 tools",
+              "quote the value or write it unambiguously (true/false, 0o755)"),
+    "GV011": ("minReplicas greater than maxReplicas",
+              "make autoscaling.minReplicas <= autoscaling.maxReplicas"),
+    "GV012": ("GPUs per replica exceed GPUs per node",
+              "lower gpus / tensorParallel, or use nodes with more GPUs"),
+    "GV013": ("memory need exceeds the GPU's memory",
+              "use a GPU with more memory or split the model (tensorParallel)"),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem, placed in a file when known: `file:line:col: path: message [code]`."""
+
+    code: str
+    message: str
+    path: str = "(root)"
+    source: str = ""
+    line: int | None = None
+    column: int | None = None
+    severity: str = "error"          # "error" or "warning"
+    hint: str = ""
+
+    def sort_key(self) -> tuple:
+        """Order findings by file position, then path and code."""
+        return (self.source, self.line or 0, self.column or 0, self.path, self.code, self.message)
+
+    def __str__(self) -> str:
+        where = self.source
+        if where and self.line is not None:
+            where += f":{self.line}:{self.column or 1}"
+        head = f"{where}: " if where else ""
+        sev = "warning: " if self.severity == "warning" else ""
+        hint = f" (fix: {self.hint})" if self.hint else ""
+        return f"{head}{self.path}: {sev}{self.message} [{self.code}]{hint}"
+
+    def as_dict(self) -> dict:
+        """Plain data for `--output yaml|json`."""
+        return {"code": self.code, "severity": self.severity, "source": self.source,
+                "line": self.line, "column": self.column, "path": self.path,
+                "message": self.message, "hint": self.hint}
+
+
+class ValidationFailed(SpecError):
+    """Raised where validation must pass (values, render, update); carries every finding."""
+
+    def __init__(self, findings: list[Finding]) -> None:
+        self.findings = sorted(findings, key=Finding.sort_key)
+        first = self.findings[0]
+        more = len(self.findings) - 1
+        super().__init__(str(first) + (f" (and {more} more)" if more else ""))
+
+    def __str__(self) -> str:
+        return self.message
+
+    def lines(self) -> list[str]:
+        """One printable line per finding (the CLI prints them all)."""
+        return [str(f) for f in self.findings]
+
+
+def errors_only(findings: Iterable[Finding]) -> list[Finding]:
+    """The findings with severity `error` (warnings dropped)."""
+    return [f for f in findings if f.severity == "error"]

@@ -76,6 +76,10 @@ def is_label_key(text: Any) -> bool:
 _VERSION = re.compile(r"^v?1\.([0-9]{1,3})(\.[0-9]{1,3})?$")  # as schemas/spec.schema.json
 
 
+# The Kubernetes version rendered for when neither the spec nor --kube-version gives one.
+DEFAULT_KUBE_VERSION = "1.34.0"
+
+
 def kube_minor(version: str) -> int:
     """The minor of a Kubernetes version (`1.34.0`, `v1.34`, `1.34` -> 34).
 

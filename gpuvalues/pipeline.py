@@ -8,20 +8,29 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from gpuvalues import output, yamlio
-from gpuvalues.errors import GpuValuesError
-from gpuvalues.fileio import write_atomic
-from gpuvalues.kube import kube_minor
-from gpuvalues.spec import Spec, check_spec, load_spec, parse_spec
-from gpuvalues.validate import (Context, Finding, ValidationFailed, errors_only, values_findings,
-                                warnings_or_raise)
-from gpuvalues.values import Values, build_all, build_values
+from gpuvalues import yamlio
 
 # The built-in example `gpuvalues render` renders when given nothing: a small cluster of
 # A100 80GB nodes serving one model, through the full spec -> values -> checks -> render path.
-EXAMPLE_SPEC = Path(__file__).resolve().parent / "data" / "examples" / "a100-small.yaml"
+from gpuvalues.bundle import EXAMPLE_SPEC
+from gpuvalues.checks.built import build_all, build_values
+from gpuvalues.checks.rules import (
+    Context,
+    Finding,
+    ValidationFailed,
+    errors_only,
+    values_findings,
+    warnings_or_raise,
+)
+from gpuvalues.checks.spec import check_spec, load_spec, parse_spec
+from gpuvalues.errors import GpuValuesError
+from gpuvalues.fleet.builder import Values
+from gpuvalues.fleet.spec import Spec
+from gpuvalues.io import present
+from gpuvalues.io.files import write_atomic
+from gpuvalues.kube import kube_minor
 
 
 def built_values(spec_path: str | Path, workload: str | None = None) -> tuple[Spec, Values]:
@@ -43,19 +52,19 @@ def planned(spec_path: str | Path, *, objective: str = "gpus", baselines: bool =
             time_limit: float = 30.0, progress: Callable[[str], None] = lambda _: None):
     """`gpuvalues plan`: the optimal MIG/sharing plan for a spec's node pools.
 
-    Returns (plan, pictures, notes): `planner.Plan`, (title, ASCII picture, layout) per
+    Returns (plan, pictures, notes): `milp.Plan`, (title, ASCII picture, layout) per
     distinct MIG layout, and notes about workloads left out of the plan.
     """
-    from gpuvalues import planner
-    from gpuvalues.values import inputs_from_spec
+    from gpuvalues.fleet.builder import inputs_from_spec
+    from gpuvalues.planners import milp
 
     demands, pools, notes = inputs_from_spec(load_spec(spec_path))
     if objective == "cost" and any(p.price_per_gpu is None for p in pools):
         raise GpuValuesError("--objective cost needs pricePerGpuHour on every node pool")
     progress(f"planning {len(demands)} models on {sum(p.capacity for p in pools)} GPUs")
-    result = planner.plan(demands, pools, objective=objective, baselines=baselines,
+    result = milp.plan(demands, pools, objective=objective, baselines=baselines,
                           time_limit=time_limit)
-    return result, planner.layout_pictures(result), notes
+    return result, present.layout_pictures(result), notes
 
 
 def rendered(spec_path: str | Path | None = None, *, values_path: str | Path | None = None,
@@ -64,14 +73,14 @@ def rendered(spec_path: str | Path | None = None, *, values_path: str | Path | N
     """`gpuvalues render`: a spec (built, rendered, fit-checked on its pools) or a values
     file (checked, rendered) -> (manifest stream, warnings). Objects are validated for the
     Kubernetes version: `kube_version`, else the spec's, else render's default."""
-    from gpuvalues import render
+    from gpuvalues.render import helm as rendering
 
     if kube_version:
         kube_minor(kube_version)              # a mistyped version is bad input, not a helm error
     if values_path:
         if spec_path:
             raise GpuValuesError("give a SPEC or --values FILE, not both")
-        kube = kube_version or render.DEFAULT_KUBE_VERSION
+        kube = kube_version or rendering.DEFAULT_KUBE_VERSION
         progress(f"checking {values_path}")
         values, warnings = checked_values_file(values_path, kube)
     else:
@@ -80,7 +89,7 @@ def rendered(spec_path: str | Path | None = None, *, values_path: str | Path | N
         values, warnings = built.values, list(built.warnings)
         kube = kube_version or spec.kubernetes_version
     progress(f"helm template + kubernetes-validate {kube}")
-    text, objects = render.render_values(values, helm=helm, kube_version=kube)
+    text, objects = rendering.render_values(values, helm=helm, kube_version=kube)
     if not values_path:
         progress("fit check on the spec's node pools")
         warnings += fit_findings(spec, built, objects)
@@ -92,7 +101,8 @@ def fit_report(inventory, *, manifests: str | None = None, values: str | None = 
                progress: Callable[[str], None] = lambda _: None):
     """`gpuvalues fit`: a `fit.FitReport` for rendered manifests (a file, `-` for stdin) or
     a values file (rendered with helm first) on `inventory`."""
-    from gpuvalues import fit, render
+    from gpuvalues.planners import fit
+    from gpuvalues.render import helm as rendering
 
     if bool(manifests) == bool(values):
         raise GpuValuesError("give rendered manifests (--manifests FILE) or a values file (--values FILE)")
@@ -100,17 +110,17 @@ def fit_report(inventory, *, manifests: str | None = None, values: str | None = 
         return fit.fit(fit.load_manifests(yamlio.read_text(manifests), manifests), inventory)
     progress(f"rendering {values} with helm")
     data = yamlio.load_mapping(values, allow_empty=True, what="values file").data
-    return fit.fit_values(data, inventory, helm=helm,
-                          kube_version=kube_version or render.DEFAULT_KUBE_VERSION)
+    return fit_values(data, inventory, helm=helm,
+                          kube_version=kube_version or rendering.DEFAULT_KUBE_VERSION)
 
 
 def fit_findings(spec: Spec, built: Values, objects: list[dict]) -> list[Finding]:
-    """Replay the scheduler's filters (gpuvalues.fit) for the rendered release on the
+    """Replay the scheduler's filters (gpuvalues.planners.fit) for the rendered release on the
     spec's node pools, empty and labelled as `built` says; a warning for each scenario
     (minReplicas, maxReplicas) in which pods would stay Pending. The release is checked
     alone: other workloads of the spec are not on the nodes."""
-    from gpuvalues import fit
-    from gpuvalues.values import spec_inventory
+    from gpuvalues.fleet.builder import spec_inventory
+    from gpuvalues.planners import fit
 
     report = fit.fit(objects, spec_inventory(spec, built))
     out = []
@@ -176,25 +186,6 @@ def _header(b: Values) -> str:
     return "\n".join(lines) + "\n"
 
 
-def values_table(built: Sequence[Values]) -> str:
-    """People's view of the build: one row per workload, then the decisions."""
-    rows = []
-    for b in built:
-        v = b.values
-        gpu = v["gpu"]
-        unit = gpu["mode"] + (f" {gpu['mig']['profile']}" if gpu["mode"] == "mig" else "")
-        a = v.get("autoscaling", {})
-        metric = (a.get("metrics") or [{}])[0]
-        rows.append([b.workload, unit, gpu["count"], a.get("engine"),
-                     f"{a.get('minReplicas', '-')}..{a.get('maxReplicas', '-')}",
-                     f"{metric.get('name', '-')} {metric.get('target', '')}".strip()])
-    text = output.table(["workload", "gpu", "per pod", "autoscaling", "replicas", "metric"],
-                        rows)
-    for b in built:
-        text += "".join(f"\n{d}" for d in b.decisions)
-    return text + "\n"
-
-
 def checked_values_file(path: str | Path, kube_version: str,
                         spec: str | Path | None = None) -> tuple[dict, list[Finding]]:
     """A values file that passes every check: (values, warnings), else ValidationFailed."""
@@ -253,3 +244,11 @@ def check(*, spec: str | Path | None = None, values: str | Path | None = None,
         else:
             warnings.append(_as_finding(exc))
     return sorted(warnings, key=Finding.sort_key)
+
+
+def fit_values(values: Mapping, inventory, **helm_kwargs: Any):
+    """Render `values` with the chart through helm (gpuvalues.render.helm.helm_template), then `fit`."""
+    from gpuvalues.planners.fit import fit
+    from gpuvalues.render import helm
+
+    return fit(helm.parse_manifests(helm.helm_template(dict(values), **helm_kwargs)), inventory)

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 import yaml
 
-from gpuvalues.errors import SpecError
+from gpuvalues.errors import GpuValuesError, SpecError
 
 Path_ = tuple  # a path into the data: keys (str) and list indices (int)
 
@@ -398,7 +398,8 @@ def load_text(text: str, source: str = "<string>", *, allow_empty: bool = False)
     renamed: list = []
     from ruamel.yaml import YAML
     from ruamel.yaml.constructor import DuplicateKeyError
-    from ruamel.yaml.error import MarkedYAMLError as RMarkedError, YAMLError as RYAMLError
+    from ruamel.yaml.error import MarkedYAMLError as RMarkedError
+    from ruamel.yaml.error import YAMLError as RYAMLError
 
     try:
         _walk_ruamel(YAML(typ="rt").load(text), (), pos, key_pos, rt, renamed)
@@ -483,3 +484,31 @@ def expect_mapping(loaded: Loaded, what: str = "file") -> Loaded:
 def dump(data: Any) -> str:
     """YAML text for plain data, keys in insertion order (what `values` writes)."""
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
+
+
+# libyaml's reader is about 10x faster than PyYAML's pure-Python one (the catalog alone
+# is 19 files read at every CLI start); both build the same plain data.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def parse_yaml(text: str, *, source: str | None = None, error: type[GpuValuesError] = GpuValuesError,
+               all_documents: bool = False) -> Any:
+    """Plain YAML data (PyYAML safe types) from `text`: one document, or a list of the
+    non-empty ones with `all_documents`.
+
+    For data files and tool output (catalog, inventories, manifests, HPA behaviors); spec
+    and values files go through `yamlio`, which reads YAML exactly as Helm does. A syntax
+    error raises `error` with the file, line and column. The fast libyaml reader runs
+    first; on an error the pure-Python reader parses again, so messages are PyYAML's.
+    """
+    for loader in dict.fromkeys((SAFE_LOADER, yaml.SafeLoader)):
+        try:
+            if all_documents:
+                return [doc for doc in yaml.load_all(text, Loader=loader) if doc]
+            return yaml.load(text, Loader=loader)
+        except yaml.YAMLError as exc:
+            last = exc
+    mark = getattr(last, "problem_mark", None)
+    raise error(f"invalid YAML: {getattr(last, 'problem', None) or last}", source=source,
+                line=mark.line + 1 if mark else None,
+                column=mark.column + 1 if mark else None) from None

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from gpuvalues import cli, pipeline
-from gpuvalues.spec import load_spec
-from gpuvalues.values import build_all
+from gpuvalues.checks.built import build_all
+from gpuvalues.checks.spec import load_spec
 from tests.chart.chartlib import by_kind, k8s_errors, render
 from tests.chart.test_workload import one
 from tests.conftest import ROOT, run
@@ -56,7 +56,7 @@ def test_example_renders_and_validates(helm, path, workload):
     assert len(by_kind(objects, scaler)) == 1
     other = {"HorizontalPodAutoscaler", "ScaledObject"} - {scaler}
     assert by_kind(objects, other.pop()) == []
-    # gpuvalues.fit replays the scheduler's filters on the spec's pools (labelled and
+    # gpuvalues.planners.fit replays the scheduler's filters on the spec's pools (labelled and
     # partitioned as the build says): min and max replicas both schedule.
     assert pipeline.fit_findings(spec, built, objects) == []
     if spec.workload(workload).server == "vllm":      # triton reads a model repository

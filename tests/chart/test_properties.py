@@ -22,10 +22,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuvalues import catalog, render, yamlio
+from gpuvalues import catalog, yamlio
+from gpuvalues.checks.built import build_all
+from gpuvalues.checks.spec import parse_spec
 from gpuvalues.errors import GpuValuesError
-from gpuvalues.spec import parse_spec
-from gpuvalues.values import build_all
+from gpuvalues.render import helm
 
 EXAMPLES = 2000
 RENDER_EVERY = 16
@@ -169,7 +170,7 @@ def test_any_spec_gives_valid_manifests_or_a_clear_error(spec, style, helm4):
         Tally.shapes.add((b.values["gpu"]["mode"], b.values["autoscaling"]["engine"]))
         # RenderError here would be a builder bug: values passed every check, helm or
         # kubernetes-validate still refused them. It must not happen.
-        render.render_values(b.values, helm=helm4, kube_version=parsed.kubernetes_version)
+        helm.render_values(b.values, helm=helm4, kube_version=parsed.kubernetes_version)
 
 
 def test_the_property_run_covered_both_outcomes():

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from gpuvalues import cli
-from gpuvalues.spec import load_spec
-from gpuvalues.values import build_values
+from gpuvalues.checks.built import build_values
+from gpuvalues.checks.spec import load_spec
 from tests.conftest import ROOT, run
 
 BAD = Path(__file__).parent / "data" / "bad"

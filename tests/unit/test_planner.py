@@ -1,6 +1,6 @@
 """Planner: optimality against a brute-force oracle, hand-computed cases, bounds, baselines, errors.
 
-The oracle is independent of gpuvalues.mig and gpuvalues.planner: it lists feasible MIG layouts
+The oracle is independent of gpuvalues.planners.mig and gpuvalues.planners.milp: it lists feasible MIG layouts
 by walking memory slots (as in test_mig.py) and decides whether a set of GPUs can host the
 replicas with Hall's condition for the transportation problem (every subset S of models needs
 no more replicas than the instances usable by some model in S), trying GPU counts upward.
@@ -14,11 +14,13 @@ from collections import Counter
 from functools import lru_cache
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gpuvalues import catalog, migparted, sharing
+from gpuvalues import catalog
 from gpuvalues.errors import PlanError
-from gpuvalues.planner import ModelDemand, NodePool, plan, sharing_plan
+from gpuvalues.planners import deviceplugin, migparted
+from gpuvalues.planners.milp import ModelDemand, NodePool, plan, sharing_plan
 from tests.unit.oracles import replicas_oracle
 
 
@@ -210,7 +212,7 @@ def test_configs_realise_the_plan():
                 assigned[i.profile] += g.count
     assert built == assigned
     dp = p.device_plugin_configs["pool-a"]
-    sharing.validate_device_plugin_config(dp, mig_enabled=True)
+    deviceplugin.validate_device_plugin_config(dp, mig_enabled=True)
     assert dp["flags"]["migStrategy"] == "mixed"
     json.dumps(p.to_dict())
 

@@ -8,9 +8,10 @@ import json
 import pytest
 from jsonschema import Draft202012Validator
 
+from gpuvalues.checks.rules import SPEC_SCHEMA, ValidationFailed
+from gpuvalues.checks.spec import load_spec, spec_from_text
 from gpuvalues.errors import GpuValuesError, SpecError
-from gpuvalues.spec import Spec, load_spec, spec_from_text
-from gpuvalues.validate import SPEC_SCHEMA, ValidationFailed
+from gpuvalues.fleet.spec import Spec
 from tests.conftest import ROOT
 
 MINIMAL = """\

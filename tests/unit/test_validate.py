@@ -5,8 +5,17 @@ from __future__ import annotations
 import pytest
 
 from gpuvalues import yamlio
-from gpuvalues.validate import (CODES, Context, Finding, ValidationFailed, check_values,
-                                coalesce, errors_only, schema_findings, semantic_findings)
+from gpuvalues.checks.rules import (
+    CODES,
+    Context,
+    Finding,
+    ValidationFailed,
+    check_values,
+    coalesce,
+    errors_only,
+    schema_findings,
+    semantic_findings,
+)
 
 
 def codes(findings):
@@ -21,8 +30,10 @@ def loaded(text: str, name: str = "values.yaml"):
 
 def test_values_schema_is_valid_draft_2020_12():
     import json
+
     from jsonschema import Draft202012Validator
-    from gpuvalues.validate import VALUES_SCHEMA
+
+    from gpuvalues.checks.rules import VALUES_SCHEMA
     Draft202012Validator.check_schema(json.loads(VALUES_SCHEMA.read_text()))
 
 

@@ -8,11 +8,12 @@ from fractions import Fraction
 import pytest
 
 import gpuvalues
-from gpuvalues import mig, migparted, sharing, yamlio
+from gpuvalues import yamlio
+from gpuvalues.checks.built import build_all, build_values
+from gpuvalues.checks.rules import ValidationFailed, check_values, errors_only
+from gpuvalues.checks.spec import load_spec, spec_from_text
 from gpuvalues.errors import CapacityError, CatalogError, GpuValuesError, PlanError, SpecError
-from gpuvalues.spec import load_spec, spec_from_text
-from gpuvalues.validate import ValidationFailed, check_values, errors_only
-from gpuvalues.values import build_all, build_values
+from gpuvalues.planners import deviceplugin, mig, migparted
 from tests.conftest import ROOT
 from tests.unit.oracles import replicas_oracle
 
@@ -124,7 +125,7 @@ def test_time_slicing_on_rtx_4090():
     # each gets 0.9 / 4 = 0.225 -> 0.22 of the 24 GB (5.3 GB >= the 5 GB it needs)
     assert v.values["gpu"] == {"mode": "shared", "count": 1, "shared": {"memoryFraction": 0.22}}
     cfg = v.device_plugin_configs["ts-4"]                  # 24 GB // 5 GB = 4
-    sharing.validate_device_plugin_config(cfg, gpu="RTX-4090")
+    deviceplugin.validate_device_plugin_config(cfg, gpu="RTX-4090")
     ts = cfg["sharing"]["timeSlicing"]
     assert ts["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
     assert ts["renameByDefault"] is True
@@ -234,7 +235,7 @@ def test_several_workloads_need_a_name():
 
 
 def test_spec_inventory_for_the_fit_check():
-    from gpuvalues.values import spec_inventory
+    from gpuvalues.fleet.builder import spec_inventory
     ts = build_values(load_spec(EXAMPLES / "rtx4090-time-slicing.yaml"))
     inv = spec_inventory(load_spec(EXAMPLES / "rtx4090-time-slicing.yaml"), ts)
     assert [n.name for n in inv.nodes] == ["rtx-001", "rtx-002", "rtx-003"]

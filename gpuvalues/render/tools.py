@@ -8,7 +8,7 @@ from pathlib import Path
 from gpuvalues.errors import ToolNotFoundError
 
 # The project's own tools folder, filled by ci/setup.sh (present in a source checkout).
-PROJECT_TOOLS = Path(__file__).resolve().parent.parent / ".tools" / "bin"
+PROJECT_TOOLS = Path(__file__).resolve().parents[2] / ".tools" / "bin"
 
 _HELM_NAMES = {4: "helm", 3: "helm3"}
 

@@ -8,13 +8,8 @@ from pathlib import Path
 
 from jsonschema import Draft202012Validator
 
+from gpuvalues.bundle import INVENTORY_SCHEMA, SCHEMAS, SPEC_SCHEMA, VALUES_SCHEMA  # noqa: F401 (re-exported)
 from gpuvalues.errors import GpuValuesError
-
-ROOT = Path(__file__).resolve().parent.parent
-SCHEMAS = ROOT / "schemas"
-SPEC_SCHEMA = SCHEMAS / "spec.schema.json"
-VALUES_SCHEMA = SCHEMAS / "values.schema.json"
-INVENTORY_SCHEMA = SCHEMAS / "inventory.schema.json"
 
 
 @functools.lru_cache(maxsize=8)

@@ -2,7 +2,7 @@
 
 A trace is a CSV of `time_s,requests_per_s` (a header line and `#` comment lines are
 allowed; the load is linear between points). Every `sync_s` (15 s, the controller's sync
-period) the HPA (gpuvalues.hpa, the controller's own arithmetic) reads each metric as it
+period) the HPA (gpuvalues.planners.hpa, the controller's own arithmetic) reads each metric as it
 was `metric_lag_s` ago (rounded to whole sync steps, at least one), proposes replicas, takes the maximum, normalizes with the chosen
 `behavior`, and scales; new pods serve only after `startup_s` (the model load time).
 
@@ -23,15 +23,17 @@ import bisect
 import csv
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from gpuvalues.errors import CapacityError, GpuValuesError, ToolNotFoundError
-from gpuvalues.fileio import parse_yaml, write_atomic
-from gpuvalues.hpa import (DEFAULT_SYNC_PERIOD_S, HPA, MetricUnavailable, combine_proposals,
-                           plain_metric_replicas)
+from gpuvalues.errors import CapacityError
+from gpuvalues.planners.hpa import (
+    DEFAULT_SYNC_PERIOD_S,
+    HPA,
+    MetricUnavailable,
+    combine_proposals,
+    plain_metric_replicas,
+)
 
-TRACES_DIR = Path(__file__).resolve().parent / "data" / "traces"
 BUILTIN_TRACES = ("diurnal", "spike")
 METRIC_KINDS = ("queue", "queue_time", "running", "gpu_util", "gr_engine_active")
 _DCGM_KINDS = ("gpu_util", "gr_engine_active")
@@ -96,23 +98,6 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
     if len(times) < 2:
         raise CapacityError("a trace needs at least two `time_s,requests_per_s` rows", source=source)
     return Trace(tuple(times), tuple(rates), source)
-
-
-def load_trace(path_or_name: str | Path) -> Trace:
-    """A trace from a CSV file, or a built-in one by name ("diurnal", "spike")."""
-    name = str(path_or_name)
-    if name in BUILTIN_TRACES:
-        path = TRACES_DIR / f"{name}.csv"
-    else:
-        path = Path(name)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise CapacityError(f"cannot read the trace ({exc.strerror}); give a CSV file or one of "
-                            f"{', '.join(BUILTIN_TRACES)}", source=name) from None
-    except UnicodeDecodeError:
-        raise CapacityError("not a text CSV file (time_s,requests_per_s)", source=name) from None
-    return parse_trace(text, name)
 
 
 @dataclass(frozen=True)
@@ -323,38 +308,6 @@ def compare(trace: Trace, config: SimConfig, behaviors: Mapping[str, Mapping[str
     return [simulate(trace, config, b, name) for name, b in behaviors.items()]
 
 
-def plot(results: Sequence[SimResult], path: str | Path, metric_label: str = "metric") -> None:
-    """A PNG with three panels (load, replicas per behaviour, the metric the HPA saw).
-    Needs matplotlib: `pip install 'gpuvalues[plot]'`."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ToolNotFoundError("plotting needs matplotlib: pip install 'gpuvalues[plot]'") from None
-    import io
-
-    fig, axes = plt.subplots(3, 1, figsize=(11, 8), sharex=True)
-    hours = [t / 3600.0 for t in results[0].times_s]
-    axes[0].plot(hours, results[0].load_rps, color="black", lw=1)
-    axes[0].set_ylabel("load (req/s)")
-    for r in results:
-        axes[1].step(hours, r.replicas, where="post", lw=1.2, label=f"{r.name} ({r.summary['flaps']} flaps)")
-        axes[2].plot([t / 3600.0 for t in r.times_s], r.metric, lw=0.8, label=r.name)
-    axes[1].set_ylabel("replicas")
-    axes[1].legend(loc="upper right", fontsize=8)
-    axes[2].set_ylabel(metric_label)
-    axes[2].set_xlabel("hours")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    try:
-        write_atomic(path, buf.getvalue())
-    except OSError as exc:
-        raise CapacityError(f"cannot write the plot ({exc.strerror})", source=str(path)) from None
-
-
 # --------------------------------------------------------------------------- planning + replay
 
 _KIND_OF_METRIC = {"vllm:num_requests_waiting": "queue", "vllm:num_requests_running": "running",
@@ -366,7 +319,7 @@ def builtin_behaviors(startup_s: float) -> dict[str, Mapping[str, Any] | None]:
     """The behaviours compared by default: every sync may scale down (the flapping the
     seed warned about), the controller's legacy path (no `behavior`: 5-minute
     stabilization) and `autoscaling.recommended_behavior`."""
-    from gpuvalues.autoscaling import recommended_behavior
+    from gpuvalues.planners.autoscaling import recommended_behavior
 
     return {"no-stabilization": NO_STABILIZATION, "legacy": None,
             "recommended": recommended_behavior(startup_s)}
@@ -374,7 +327,7 @@ def builtin_behaviors(startup_s: float) -> dict[str, Mapping[str, Any] | None]:
 
 def parse_metrics(text: str) -> tuple[SimMetric, ...]:
     """`queue=5,running=14,gpu_util=70`: metric kinds and per-pod targets (Quantities)."""
-    from gpuvalues.hpa import milli_value
+    from gpuvalues.planners.hpa import milli_value
 
     metrics = []
     for item in (x.strip() for x in text.split(",") if x.strip()):
@@ -415,20 +368,6 @@ class SimReport:
         return data
 
 
-def report_table(data: Mapping[str, Any]) -> str:
-    """The people's view: the plan in two lines, then behaviours side by side."""
-    from gpuvalues.output import table
-
-    p = data["plan"]
-    head = (f"trace {data['trace']['source']}: {data['trace']['base_rps']:g}-{data['trace']['peak_rps']:g} req/s; "
-            f"plan: replicas {p['minReplicas']}-{p['maxReplicas']}, metric {p['metric']['name']} "
-            f"target {p['metric']['target']}, GPUs {p['gpusAtMin']:g}-{p['gpusAtMax']:g}\n")
-    cols = ["behavior", "gpu_hours", "slo_violation_minutes", "slo_violation_request_pct", "scale_ups",
-            "scale_downs", "flaps", "max_replicas", "mean_replicas"]
-    warn = "".join(f"warning: {w}\n" for w in p.get("warnings", []))
-    return head + warn + table(cols, [[row[c] for c in cols] for row in data["behaviors"]])
-
-
 def plan_and_simulate(trace: Trace, *, replica_rps: float, gpus_per_replica: float = 1,
                       gpu_mode: str = "whole", server_type: str = "vllm",
                       min_replicas: int | None = None, max_replicas: int | None = None,
@@ -440,7 +379,7 @@ def plan_and_simulate(trace: Trace, *, replica_rps: float, gpus_per_replica: flo
     """Size the Deployment for the trace (base = its lowest load, peak = its highest) with
     `autoscaling.plan_capacity`, then replay the trace with each behaviour. Explicit
     `min_replicas`, `max_replicas` and `metrics` override the plan."""
-    from gpuvalues.autoscaling import plan_capacity, replicas_for_load
+    from gpuvalues.planners.autoscaling import plan_capacity, replicas_for_load
 
     plan = plan_capacity(min(trace.rps), max(trace.rps), replica_rps, gpus_per_replica=gpus_per_replica,
                          gpu_mode=gpu_mode, server_type=server_type, max_queue_wait_s=queue_wait_slo_s,
@@ -466,31 +405,3 @@ def plan_and_simulate(trace: Trace, *, replica_rps: float, gpus_per_replica: flo
     return SimReport(trace, plan, config, results)
 
 
-def load_behaviors(items: Sequence[str], startup_s: float) -> dict[str, Mapping[str, Any] | None]:
-    """`NAME` (a built-in: no-stabilization, legacy, recommended) or `NAME=FILE` (YAML with
-    an autoscaling/v2 `behavior` mapping, or a mapping holding one under `behavior`)."""
-    builtins = builtin_behaviors(startup_s)
-    out: dict[str, Mapping[str, Any] | None] = {}
-    for item in items:
-        name, sep, path = item.partition("=")
-        if not sep:
-            if name not in builtins:
-                raise CapacityError(f"unknown behavior {name!r}; use {', '.join(builtins)} or NAME=FILE",
-                                    field="behavior")
-            out[name] = builtins[name]
-            continue
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise CapacityError(f"cannot read ({exc.strerror})", source=path) from None
-        except UnicodeDecodeError:
-            raise CapacityError("not a UTF-8 text file; expected a behavior YAML", source=path) from None
-        doc = parse_yaml(text, source=path, error=CapacityError)
-        if isinstance(doc, Mapping) and "behavior" in doc:
-            doc = doc["behavior"]
-        try:
-            HPA(1, 2, doc)  # validate now, with the file named in the error
-        except GpuValuesError as exc:
-            raise CapacityError(exc.message, source=path, field=exc.field) from None
-        out[name] = doc
-    return out

@@ -52,9 +52,9 @@ from typing import Any, Mapping, Sequence
 import highspy
 import numpy as np
 
-from gpuvalues import mig, migparted, sharing
 from gpuvalues.catalog import GpuModel, get_gpu
 from gpuvalues.errors import CatalogError, PlanError
+from gpuvalues.planners import deviceplugin, mig, migparted
 
 WHOLE = "gpu"
 SHARED = "shared"
@@ -307,7 +307,7 @@ class _IType:
 
 
 def _shared_replicas(pool: NodePool, gpu: GpuModel, demands: Sequence[ModelDemand]) -> int:
-    limit = sharing.mps_max_clients(gpu) if pool.sharing == "mps" else None
+    limit = deviceplugin.mps_max_clients(gpu) if pool.sharing == "mps" else None
     if pool.sharing_replicas is not None:
         r = pool.sharing_replicas
         if r < 2:
@@ -659,19 +659,19 @@ def _pool_plans(model: _Model, demands, x, z) -> tuple[list[PoolPlan], dict, dic
             ngroups.append(NodeGroup(pool.name, name, cnt, devs))
             if mode == "mig":
                 node_configs[name] = [dict(d) if d is not None else {} for d in devs]
-                labels[name] = {**migparted.node_labels(name), sharing.CONFIG_LABEL: pool.name}
+                labels[name] = {**migparted.node_labels(name), deviceplugin.CONFIG_LABEL: pool.name}
             elif gpu.mig is not None:
                 # a MIG-capable GPU used whole or shared: make sure MIG is off on these nodes
                 node_configs[name] = [None] * pool.gpus_per_node
-                labels[name] = {**migparted.node_labels(name), sharing.CONFIG_LABEL: pool.name}
+                labels[name] = {**migparted.node_labels(name), deviceplugin.CONFIG_LABEL: pool.name}
             else:
-                labels[name] = {sharing.CONFIG_LABEL: pool.name}
+                labels[name] = {deviceplugin.CONFIG_LABEL: pool.name}
         if mode == "mig":
-            dp_configs[pool.name] = sharing.build_device_plugin_config(mig_strategy="mixed")
+            dp_configs[pool.name] = deviceplugin.build_device_plugin_config(mig_strategy="mixed")
         elif mode == "whole":
-            dp_configs[pool.name] = sharing.build_device_plugin_config(mig_strategy="none")
+            dp_configs[pool.name] = deviceplugin.build_device_plugin_config(mig_strategy="none")
         else:
-            dp_configs[pool.name] = sharing.build_device_plugin_config(sharing=mode, replicas=model.shared_r[k], gpu=gpu,
+            dp_configs[pool.name] = deviceplugin.build_device_plugin_config(sharing=mode, replicas=model.shared_r[k], gpu=gpu,
                                                                        mig_enabled=False)
         pool_plans.append(PoolPlan(pool, mode, len(gpus), len(nodes), groups, tuple(ngroups), dict(spare), unused,
                                    model.shared_r[k]))
@@ -687,10 +687,10 @@ def _warnings(model: _Model, demands) -> list[str]:
             out.append(f"pool {pool.name}: {TIME_SLICING_WARNING}; each of the {r} replicas per {gpu.name} must "
                        f"stay within {gpu.memory_gb / r:.1f} GB (OOM risk)")
         elif model.modes[k] == "mps":
-            lim = sharing.mps_client_limits(gpu, r)
+            lim = deviceplugin.mps_client_limits(gpu, r)
             out.append(f"pool {pool.name}: MPS limits each of the {r} clients per {gpu.name} to "
                        f"{lim['memory_limit_mib']} MiB (total / replicas) and {lim['active_thread_percentage']}% of the "
-                       f"SMs; at most {sharing.mps_max_clients(gpu)} clients at compute capability "
+                       f"SMs; at most {deviceplugin.mps_max_clients(gpu)} clients at compute capability "
                        f"{gpu.compute_capability}; no error isolation between clients")
         if model.modes[k] in ("time-slicing", "mps") and any(d.throughput is not None for d in demands):
             out.append(f"pool {pool.name}: shared-slot throughput comes from your 'shared' entries; slots on one "
@@ -816,42 +816,4 @@ def sharing_plan(demands: Sequence[ModelDemand], gpu: str, mode: str, *, gpus: i
 
 # --------------------------------------------------------------------------- output
 
-def plan_table(data: Mapping[str, Any], pictures: Sequence[tuple[str, str]] = ()) -> str:
-    """The people's view of `Plan.to_dict()`: summary, per-pool groups, layouts, baselines."""
-    from gpuvalues.output import table
-    out = [f"GPUs used: {data['gpus_used']}   cost: {data['cost']:g}   LP bound: {data['lp_bound']:.2f}   "
-           f"MIP bound: {data['mip_bound']:g}   gap: {data['gap']:.2%}   "
-           f"{'optimal' if data['optimal'] else 'NOT proven optimal'}   solve: {data['solve_seconds']:.3f}s", ""]
-    rows = []
-    for p in data["pools"]:
-        for g in p["gpu_groups"]:
-            models = Counter(i["model"] or "(spare)" for i in g["instances"])
-            rows.append([p["name"], p["gpu"], p["mode"], g["count"], g["layout"],
-                         ", ".join(f"{m} x{c}" for m, c in models.items())])
-    out.append(table(["pool", "gpu", "mode", "gpus", "layout", "models per GPU"], rows))
-    for title, pic in pictures:
-        out += [title, pic, ""]
-    out.append(table(["baseline", "gpus", "note"],
-                     [[b["name"], "n/a" if b["gpus"] is None else b["gpus"], b["note"]] for b in data["baselines"]]))
-    for p in data["pools"]:
-        for n in p["node_groups"]:
-            out.append(f"nodes: {n['count']} x {p['name']} labelled config {n['config']}")
-    for w in data["warnings"]:
-        out.append(f"warning: {w}")
-    return "\n".join(out).rstrip() + "\n"
 
-
-def layout_pictures(plan_: Plan) -> list[tuple[str, str, mig.Layout]]:
-    """(title, ASCII picture, layout) for each distinct MIG layout in the plan."""
-    out = []
-    for p in plan_.pools:
-        seen: dict[str, int] = Counter()
-        layouts = {}
-        for g in p.gpu_groups:
-            if g.layout is not None:
-                seen[g.layout.label()] += g.count
-                layouts[g.layout.label()] = g.layout
-        for label, n in seen.items():
-            L = layouts[label]
-            out.append((f"{p.pool.name} ({get_gpu(p.pool.gpu).name}) x{n}: {label}", L.picture(), L))
-    return out

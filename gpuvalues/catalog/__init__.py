@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from gpuvalues.errors import CatalogError
-from gpuvalues.fileio import parse_yaml
+from gpuvalues.yamlio import parse_yaml
 
-DATA_DIR = Path(__file__).resolve().parent / "data" / "gpus"
+DATA_DIR = Path(__file__).resolve().parent / "gpus"
 
 
 @dataclass(frozen=True)

@@ -15,15 +15,13 @@ chart's own schema and the semantic rules before returning it. Problems are
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuvalues import catalog, yamlio
-from gpuvalues.sharing import CONFIG_LABEL as DP_CONFIG_LABEL
-from gpuvalues.errors import CapacityError, CatalogError, GpuValuesError, PlanError, SpecError
-from gpuvalues.spec import NodePool, Spec, Workload
-from gpuvalues.validate import (Context, Finding, ValidationFailed, check_values, errors_only,
-                                semantic_findings)
+from gpuvalues.errors import CapacityError, CatalogError, Finding, GpuValuesError, PlanError, SpecError
+from gpuvalues.fleet.spec import NodePool, Spec, Workload
+from gpuvalues.planners.deviceplugin import CONFIG_LABEL as DP_CONFIG_LABEL
 
 # Default replicas when the spec gives no load model (chart defaults: 2..10).
 DEFAULT_MIN_REPLICAS = 2
@@ -51,6 +49,7 @@ class Values:
     decisions: tuple[str, ...] = ()
     warnings: tuple[Finding, ...] = ()
     node_groups: dict = field(default_factory=dict)   # node_labels key -> (pool, nodes)
+    facts: dict = field(default_factory=dict)         # for the semantic checks
 
 
 @dataclass(frozen=True)
@@ -100,8 +99,6 @@ def _smallest_profile(gpu, memory_gb: float) -> Any:
     fits = [p for p in gpu.profiles if p.is_base and p.memory_gb >= memory_gb
             and p.memory_slices < gpu.mig.memory_slices]
     return min(fits, key=lambda p: (p.memory_slices, p.compute_slices, p.memory_gb), default=None)
-
-
 
 
 def _place(spec: Spec, wi: int, w: Workload) -> _Placement:
@@ -172,7 +169,7 @@ def _place(spec: Spec, wi: int, w: Workload) -> _Placement:
                     problems.append(f"{pool.name}: no MIG profile of {gpu.name} holds "
                                     f"{w.memory_gb:g} GB [GV013]")
                     continue
-            from gpuvalues import mig
+            from gpuvalues.planners import mig
             per = mig.max_instances(gpu, prof.name)
             why = (f"mig: {prof.name} ({prof.memory_gb:g} GB"
                    + (f" >= {w.memory_gb:g} GB needed" if w.memory_gb else "")
@@ -180,7 +177,7 @@ def _place(spec: Spec, wi: int, w: Workload) -> _Placement:
             return _Placement(pool, pi, gpu, "mig", 1, "mig", mig_profile=prof.name,
                               units_per_gpu=per, why=why)
         # time-slicing / mps
-        from gpuvalues.sharing import mps_max_clients
+        from gpuvalues.planners.deviceplugin import mps_max_clients
         limit = mps_max_clients(gpu) if mode == "mps" else 48
         if sharing.replicas_per_gpu:
             replicas = sharing.replicas_per_gpu
@@ -218,14 +215,14 @@ def _gfd_products(gpu, placement: _Placement) -> list[str]:
 
 def _device_plugin_config(placement: _Placement, mig_plan: "_MigPlan | None"
                           ) -> tuple[str, dict] | None:
-    """Named device-plugin config for the pool (built and validated by gpuvalues.sharing,
+    """Named device-plugin config for the pool (built and validated by gpuvalues.planners.deviceplugin,
     or by the MIG planner for MIG pools)."""
-    from gpuvalues import sharing
+    from gpuvalues.planners import deviceplugin
     if placement.mode == "mig" and mig_plan is not None:
         name = placement.pool.name
         return name, mig_plan.dp_configs[name]
     if placement.mode == "shared":
-        cfg = sharing.build_device_plugin_config(
+        cfg = deviceplugin.build_device_plugin_config(
             sharing=placement.sharing, replicas=placement.replicas_per_gpu,
             rename_by_default=True, gpu=placement.gpu, mig_enabled=False)
         prefix = "mps" if placement.sharing == "mps" else "ts"
@@ -253,7 +250,7 @@ class _MigPlan:
 def _peak_replicas(spec: Spec, w: Workload, gpu_mode: str) -> int:
     """Replicas at peak: autoscaling.maxReplicas, else the capacity model's max replicas
     (M/M/c with headroom), else the default; `plan` and `values` both size with it."""
-    from gpuvalues import autoscaling
+    from gpuvalues.planners import autoscaling
     a = spec.autoscaling
     if a.max_replicas is not None:
         return a.max_replicas
@@ -277,24 +274,24 @@ def _queue_budget(w: Workload) -> float:
 
 def _mig_plan(spec: Spec, placements: list[_Placement]) -> _MigPlan | None:
     """Lay out the MIG pools for their workloads' peak replicas with the optimal planner
-    (gpuvalues.planner, HiGHS); each workload keeps the profile its placement chose.
+    (gpuvalues.planners.milp, HiGHS); each workload keeps the profile its placement chose.
     When the peak does not fit, fall back to splitting each node's GPUs in proportion
     to demand (maxReplicas is then capped by what each workload got)."""
     members = [(w, pl) for w, pl in zip(spec.workloads, placements) if pl.mode == "mig"]
     if not members:
         return None
-    from gpuvalues import planner        # HiGHS + numpy: imported only when MIG is planned
+    from gpuvalues.planners import milp  # HiGHS + numpy: imported only when MIG is planned
     pools: dict[str, NodePool] = {pl.pool.name: pl.pool for _, pl in members}
     demands = []
     for w, pl in members:
         cap = int(pl.units_per_gpu) * pl.pool.gpus
-        demands.append(planner.ModelDemand(
+        demands.append(milp.ModelDemand(
             w.name, replicas=min(_peak_replicas(spec, w, pl.mode), cap), memory_gb=w.memory_gb,
             allowed_profiles=(pl.mig_profile,), pools=(pl.pool.name,)))
-    inputs = [planner.NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes, mig_enabled=True,
+    inputs = [milp.NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes, mig_enabled=True,
                                price_per_gpu=p.price_per_gpu_hour) for p in pools.values()]
     try:
-        result = planner.plan(demands, inputs, baselines=False)
+        result = milp.plan(demands, inputs, baselines=False)
     except PlanError as exc:
         return _split_plan(spec, members, pools, f"the optimal MIG planner could not fit the "
                            f"peak ({exc.message}); split each node's GPUs in proportion to "
@@ -315,7 +312,7 @@ def _mig_plan(spec: Spec, placements: list[_Placement]) -> _MigPlan | None:
                                             for d in ng.devices]
             if gpu.device_filter:
                 filters[ng.config_name] = list(gpu.device_filter)
-    from gpuvalues import migparted
+    from gpuvalues.planners import migparted
     cfg = migparted.build_mig_parted_config(node_configs, device_filters=filters or None)
     notes = (f"MIG plan by the optimal planner (HiGHS): {result.gpus_used} GPUs, gap "
              f"{result.gap:.0%}" + ("" if result.optimal else " (time limit: not proven)"),)
@@ -327,7 +324,7 @@ def _mig_plan(spec: Spec, placements: list[_Placement]) -> _MigPlan | None:
 def _split_plan(spec: Spec, members: list, pools: dict, note: str) -> _MigPlan:
     """Fallback layout: each node's GPUs split among the pool's MIG workloads in
     proportion to their peak demand; a GPU holds one profile, as many as fit."""
-    from gpuvalues import migparted, sharing
+    from gpuvalues.planners import deviceplugin, migparted
 
     units: dict = {}
     node_configs: dict = {}
@@ -358,7 +355,7 @@ def _split_plan(spec: Spec, members: list, pools: dict, note: str) -> _MigPlan:
             filters[pool_name] = list(mine[0][1].gpu.device_filter)
         labels[pool_name] = {**migparted.node_labels(pool_name), DP_CONFIG_LABEL: pool_name}
         groups.append((pool_name, pool_name, pool.nodes))
-        dp[pool_name] = sharing.build_device_plugin_config(mig_strategy="mixed")
+        dp[pool_name] = deviceplugin.build_device_plugin_config(mig_strategy="mixed")
     cfg = migparted.build_mig_parted_config(node_configs, device_filters=filters or None)
     return _MigPlan(units, cfg, labels, tuple(groups), dp, (note,))
 
@@ -369,7 +366,7 @@ def _topology(spec: Spec, placement: _Placement) -> tuple[str | None, int | None
     topo = placement.pool.topology
     if topo is None:
         return None, None, {}
-    from gpuvalues import topology
+    from gpuvalues.planners import topology
     if topo.label:
         return topo.label, topology.nvlink_size(topo.label) or 1, {"nvidia.com/gpu.topology": topo.label}
     at = ("cluster", "nodePools", placement.pool_index, "topology", "file")
@@ -386,7 +383,7 @@ def _topology(spec: Spec, placement: _Placement) -> tuple[str | None, int | None
 def _autoscaling(spec: Spec, wi: int, w: Workload, placement: _Placement,
                  inventory_units: float) -> tuple[dict, list[str], list[str]]:
     """autoscaling values, decisions and warnings (capacity model + metric choice)."""
-    from gpuvalues import autoscaling
+    from gpuvalues.planners import autoscaling
 
     a = spec.autoscaling
     out: dict = {"engine": a.engine}
@@ -480,25 +477,8 @@ def _platform(spec: Spec, first: bool, engine: str, configs: dict) -> dict:
     return out
 
 
-def _findings_to_spec(spec: Spec, wi: int, findings: list[Finding]) -> list[Finding]:
-    """Place findings about generated values at the spec line that caused them."""
-    where = {"autoscaling.maxReplicas": ("autoscaling", "maxReplicas"),
-             "autoscaling.minReplicas": ("autoscaling", "minReplicas"),
-             "autoscaling.metrics": ("autoscaling", "metric")}
-    out = []
-    for f in findings:
-        at = where.get(f.path.split("[")[0], ("workloads", wi))
-        if spec.loaded is not None and at[0] == "autoscaling" and \
-                at not in spec.loaded.positions:
-            at = ("workloads", wi)
-        source, line, col = spec.position(*at)
-        out.append(replace(f, source=source, line=line, column=col,
-                           path=f"{yamlio.format_path(at)} -> values {f.path}"))
-    return out
-
-
-def build_values(spec: Spec, workload: str | None = None, *, first: bool | None = None
-                 ) -> Values:
+def plan_values(spec: Spec, workload: str | None = None, *, first: bool | None = None
+                ) -> Values:
     """Chart values for one workload of `spec` (the only one when `workload` is None).
 
     The whole spec is planned (MIG pools are shared by their workloads); the values of
@@ -520,7 +500,7 @@ def build_values(spec: Spec, workload: str | None = None, *, first: bool | None 
                   mig_plan, configs)
 
 
-def build_all(spec: Spec, *, errors: list[GpuValuesError] | None = None) -> tuple[Values, ...]:
+def plan_all(spec: Spec, *, errors: list[GpuValuesError] | None = None) -> tuple[Values, ...]:
     """Values for every workload; the first release installs the GPU platform.
 
     With `errors`, a workload whose values cannot be built is left out and its error
@@ -668,28 +648,19 @@ def _build(spec: Spec, wi: int, w: Workload, first: bool, placement: _Placement,
         decisions.append("device-plugin configs are installed by the first workload's "
                          "release; label the nodes as node_labels says")
 
-    # Validate: chart schema (with chart defaults, as Helm does) and the semantic rules.
-    source = f"<values for {w.name}>"
-    loaded = yamlio.Loaded(values, source, "", {(): (1, 1)}, {}, ())
+    # What the semantic rules need to check these values (gpuvalues.checks.built).
     share = math.ceil(inventory_units / placement.units_per_gpu) if in_mig_plan else pool_gpus
-    ctx = Context(kube_version=spec.kubernetes_version, gpu_models=(gpu.name,),
-                  gpus_per_node=placement.pool.gpus_per_node, inventory_gpus=share,
-                  nvlink_group=nvlink_group, nvlink_source=f"node pool {placement.pool.name}",
-                  memory_gb=w.memory_gb, tensor_parallel=w.tensor_parallel)
-    findings = [replace(f, line=None, column=None) for f in check_values(loaded)] + \
-        semantic_findings(values, ctx=ctx, source=source)
-    findings = _findings_to_spec(spec, wi, findings)
-    errors = errors_only(findings)
-    if errors:
-        raise ValidationFailed(errors)
-    warnings += [f for f in findings if f.severity == "warning"]
+    facts = {"kube_version": spec.kubernetes_version, "gpu_models": (gpu.name,),
+             "gpus_per_node": placement.pool.gpus_per_node, "inventory_gpus": share,
+             "nvlink_group": nvlink_group, "nvlink_source": f"node pool {placement.pool.name}",
+             "memory_gb": w.memory_gb, "tensor_parallel": w.tensor_parallel}
     return Values(w.name, values, mig_parted, node_labels, configs, tuple(decisions),
-                  tuple(warnings), node_groups)
+                  tuple(warnings), node_groups, facts)
 
 
 def inputs_from_spec(spec: Spec) -> tuple[list, list, list[str]]:
-    """The optimal planner's inputs for `gpuvalues plan`: (`planner.ModelDemand`s,
-    `planner.NodePool`s, notes) from a spec.
+    """The optimal planner's inputs for `gpuvalues plan`: (`milp.ModelDemand`s,
+    `milp.NodePool`s, notes) from a spec.
 
     Replicas: the peak replicas `values` sizes the Deployment for (autoscaling.maxReplicas,
     else the capacity model's, else the default), so `plan` previews what `values` deploys. `sharing.migProfile` pins the profile; `whole` pins
@@ -697,7 +668,7 @@ def inputs_from_spec(spec: Spec) -> tuple[list, list, list[str]]:
     (gpus > 1 or tensorParallel > 1) are left out with a note: a MIG plan places one
     instance per replica.
     """
-    from gpuvalues import planner        # HiGHS + numpy: imported only when planning
+    from gpuvalues.planners import milp  # HiGHS + numpy: imported only when planning
 
     notes: list[str] = []
     demands: list = []
@@ -718,12 +689,12 @@ def inputs_from_spec(spec: Spec) -> tuple[list, list, list[str]]:
         if share.mig_profile:
             allowed = (share.mig_profile,)
         elif share.mode == "whole":
-            allowed = (planner.WHOLE,) + fulls
+            allowed = (milp.WHOLE,) + fulls
         for pn in ([w.node_pool] if w.node_pool else names):
             if share.mode in ("time-slicing", "mps"):
                 pool_modes.setdefault(pn, set()).add(share.mode)
                 pool_reps[pn] = share.replicas_per_gpu
-        demands.append(planner.ModelDemand(w.name, replicas=replicas, memory_gb=w.memory_gb,
+        demands.append(milp.ModelDemand(w.name, replicas=replicas, memory_gb=w.memory_gb,
                                            allowed_profiles=allowed,
                                            pools=(w.node_pool,) if w.node_pool else None))
     pools = []
@@ -737,7 +708,7 @@ def inputs_from_spec(spec: Spec) -> tuple[list, list, list[str]]:
         if mode and p.mig and gpu.mig:
             notes.append(f"pool {p.name}: MIG is on, so {mode} is not used there")
             mode = None
-        pools.append(planner.NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes, mig_enabled=bool(p.mig),
+        pools.append(milp.NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes, mig_enabled=bool(p.mig),
                                       sharing=mode, sharing_replicas=pool_reps.get(p.name) if mode else None,
                                       price_per_gpu=p.price_per_gpu_hour))
     return demands, pools, notes
@@ -760,8 +731,8 @@ def spec_inventory(spec: Spec, built: Values):
     """An `Inventory` of the spec's node pools as they will look once `built` is applied:
     GFD product and MIG-strategy labels, the node labels `built.node_labels` asks for,
     and allocatable GPUs, MIG devices (from the MIG layout) or shared replicas. CPU and
-    memory are left out (gpuvalues.fit treats them as unlimited). For `gpuvalues.fit`."""
-    from gpuvalues.inventory import GpuInfo, Inventory, Node
+    memory are left out (gpuvalues.planners.fit treats them as unlimited). For `gpuvalues.planners.fit`."""
+    from gpuvalues.planners.inventory import GpuInfo, Inventory, Node
 
     nodes = []
     for pool in spec.node_pools:

@@ -309,39 +309,6 @@ def enumerate_layouts(gpu: str | GpuModel, maximal: bool = True,
     return list(_enumerate(model.name, allowed, maximal))
 
 
-_SVG_COLORS = {1: "#9ecae1", 2: "#a1d99b", 3: "#fdd0a2", 4: "#fdae6b", 7: "#bcbddc"}
-
-
-def layouts_svg(rows: Sequence[tuple[str, Layout]]) -> str:
-    """An SVG picture: one row per (title, layout), slots 0..N-1 left to right."""
-    cell, h, top, left = 90, 34, 24, 260
-    width = left + cell * max((get_gpu(L.gpu).mig.memory_slices for _, L in rows), default=8) + 10
-    height = top + (h + 14) * len(rows) + 10
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'font-family="monospace" font-size="12">']
-    n0 = get_gpu(rows[0][1].gpu).mig.memory_slices if rows else 8
-    for i in range(n0):
-        out.append(f'<text x="{left + i * cell + cell // 2}" y="16" text-anchor="middle">slot {i}</text>')
-    for r, (title, L) in enumerate(rows):
-        gpu = get_gpu(L.gpu)
-        y = top + r * (h + 14)
-        out.append(f'<text x="4" y="{y + h // 2 + 4}">{_xml(title)}</text>')
-        for s in range(gpu.mig.memory_slices):
-            out.append(f'<rect x="{left + s * cell}" y="{y}" width="{cell}" height="{h}" fill="#f0f0f0" stroke="#ccc"/>')
-        for p in L.placements:
-            prof = gpu.profile(p.profile)
-            color = _SVG_COLORS.get(prof.compute_slices, "#ddd")
-            x, w = left + p.start * cell + 2, prof.memory_slices * cell - 4
-            out.append(f'<rect x="{x}" y="{y + 2}" width="{w}" height="{h - 4}" rx="4" fill="{color}" stroke="#333"/>')
-            out.append(f'<text x="{x + w // 2}" y="{y + h // 2 + 4}" text-anchor="middle">{_xml(p.profile)}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
-
-
-def _xml(s: str) -> str:
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def max_instances(gpu: GpuModel | str, profile: str) -> int:
     """How many instances of `profile` one GPU holds (0 when it has no such profile)."""
     n = 0

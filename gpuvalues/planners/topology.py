@@ -551,27 +551,6 @@ def topology_report(topo: Topology, *, best: int | None = None, available: Itera
     return data
 
 
-def topology_table(data: dict) -> str:
-    """People's view of `topology_report`."""
-    from gpuvalues.output import table
-
-    gpus = data["gpus"]
-    rows = [[f"GPU{a}"] + [("X" if a == b else data["links"][f"GPU{a}"][f"GPU{b}"]) for b in gpus]
-            + [data["numaAffinity"].get(f"GPU{a}") or "-"] for a in gpus]
-    out = [table([""] + [f"GPU{g}" for g in gpus] + ["NUMA"], rows).rstrip()]
-    cliques = data["nvlinkCliques"]
-    out.append("NVLink cliques: " + (", ".join("{" + ",".join(map(str, c)) + "}" for c in cliques) or "none")
-               + (" (through NVSwitch)" if data["nvswitch"] else ""))
-    out.append("labels:")
-    out.extend(f"  {k}={v}" for k, v in data["labels"].items())
-    if "bestGpuSet" in data:
-        b = data["bestGpuSet"]
-        out.append(f"device plugin would give a {b['size']}-GPU pod: "
-                   + (", ".join(f"GPU{g}" for g in b["gpus"]) or "nothing (not enough GPUs)")
-                   + f" (score {b['score']})")
-    return "\n".join(out) + "\n"
-
-
 def nvlink_size(value: object) -> int | None:
     """The NVLink group size a topology label value names (`NV8` -> 8), the inverse of
     `Topology.topology_value`; None for `PCIe` or anything else."""

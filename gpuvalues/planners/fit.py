@@ -34,16 +34,16 @@ NOT modelled (fit says so in every report): scoring, preemption and priority-bas
 eviction, DRA allocation (ResourceClaims: only the pod's other requests are checked),
 required pod affinity and topology spread constraints, host ports, volumes, pods already
 running on the nodes (nodes start empty), DaemonSets, and which physical GPU a pod gets
-(`gpuvalues.topology.best_gpu_set` answers that per node). Basic resources (cpu, memory,
+(`gpuvalues.planners.topology.best_gpu_set` answers that per node). Basic resources (cpu, memory,
 pods) a node's inventory does not list are treated as unlimited.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from gpuvalues.errors import CapacityError
-from gpuvalues.inventory import Inventory, Node, resource_amount
+from gpuvalues.planners.inventory import Inventory, Node, resource_amount
 
 NOT_MODELLED = (
     "scoring: fit takes the first feasible node in name order; the scheduler scores nodes",
@@ -694,44 +694,9 @@ def fit(manifests: Sequence[Mapping], inventory: Inventory) -> FitReport:
     return FitReport(min=lo, max=hi, skipped=tuple(skipped), warnings=tuple(warnings))
 
 
-def fit_values(values: Mapping, inventory: Inventory, **helm_kwargs: Any) -> FitReport:
-    """Render `values` with the chart through helm (gpuvalues.render.helm_template), then `fit`."""
-    from gpuvalues import render
-
-    return fit(render.parse_manifests(render.helm_template(dict(values), **helm_kwargs)), inventory)
-
-
-def report_table(data: Mapping) -> str:
-    """People's view of `FitReport.to_dict()`."""
-    from gpuvalues.output import table
-
-    out = [f"fits: {'yes' if data['fits'] else 'NO'} (min replicas: {'fit' if data['minFits'] else 'do NOT fit'}, "
-           f"max replicas: {'fit' if data['maxFits'] else 'do NOT fit'})",
-           f"placement: {data['placement']}"]
-    for name in ("min", "max"):
-        sc = data["scenarios"][name]
-        out.append("")
-        out.append(f"== {name} replicas: {'fits' if sc['fits'] else str(sc['pending']) + ' pod(s) Pending'}")
-        rows = [(w["workload"], w["replicas"], w["scheduled"], w["pending"], w["extraReplicasThatFit"],
-                 w.get("reason", "")) for w in sc["workloads"]]
-        out.append(table(("WORKLOAD", "REPLICAS", "SCHEDULED", "PENDING", "MORE-FIT", "WHY PENDING"), rows).rstrip())
-        node_rows = []
-        for n in sc["nodes"]:
-            res = ", ".join(f"{r} {v['used']}/{v['allocatable']}" for r, v in n["resources"].items())
-            node_rows.append((n["node"], n["pods"], res or "-"))
-        out.append(table(("NODE", "PODS", "GPU RESOURCES USED/ALLOCATABLE"), node_rows).rstrip())
-        out.append("headroom: " + (", ".join(f"{r} {v} free" for r, v in sc["headroom"].items()) or "none"))
-    for w in data["warnings"]:
-        out.append(f"warning: {w}")
-    for s in data["skipped"]:
-        out.append(f"skipped: {s}")
-    out.append("not modelled: " + "; ".join(data["notModelled"]))
-    return "\n".join(out) + "\n"
-
-
 def load_manifests(text: str, source: str) -> list[dict]:
     """Objects from a rendered YAML (or JSON) stream; `List` objects are flattened."""
-    from gpuvalues.fileio import parse_yaml
+    from gpuvalues.yamlio import parse_yaml
 
     docs = parse_yaml(text, source=source, error=CapacityError, all_documents=True)
     out = []

@@ -5,25 +5,24 @@ import os
 import re
 import subprocess
 import tempfile
-from pathlib import Path
 
 import yaml
 
+from gpuvalues.bundle import chart_dir
 from gpuvalues.errors import RenderError
-from gpuvalues.fileio import parse_yaml, write_atomic
-from gpuvalues.kube import kube_minor
-from gpuvalues.tools import find_helm
-
-CHART_DIR = Path(__file__).resolve().parent.parent / "charts" / "gpu-inference"
-DEFAULT_KUBE_VERSION = "1.34.0"
+from gpuvalues.kube import DEFAULT_KUBE_VERSION, kube_minor
+from gpuvalues.render.tools import find_helm
+from gpuvalues.yamlio import parse_yaml
 
 
-def helm_template(values: dict, *, chart: Path = CHART_DIR, helm: str | None = None,
+def helm_template(values: dict, *, chart: str | os.PathLike | None = None, helm: str | None = None,
                   release: str = "gpu-inference", namespace: str = "gpu-inference",
                   kube_version: str = DEFAULT_KUBE_VERSION,
                   api_versions: tuple[str, ...] = ()) -> str:
-    """Run `helm template` on `values` and return the rendered YAML stream."""
+    """Run `helm template` on `values` (with `chart`, default the bundled one: see
+    `gpuvalues.bundle.chart_dir`) and return the rendered YAML stream."""
     binary = find_helm(helm)
+    chart = chart_dir(chart)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         yaml.safe_dump(values, f, sort_keys=False)
         values_file = f.name
@@ -88,32 +87,6 @@ def object_file_name(obj: dict) -> str:
     kind = str(obj.get("kind", "object")).lower()
     name = str((obj.get("metadata") or {}).get("name", "unnamed"))
     return re.sub(r"[^a-z0-9._-]+", "-", f"{kind}-{name}".lower()) + ".yaml"
-
-
-def write_manifests(text: str, out_dir: str | os.PathLike) -> list[Path]:
-    """Write each rendered object to its own file in `out_dir` (created if missing).
-
-    Every file is written atomically (temp file, then rename); names are
-    `<kind>-<name>.yaml`, with `-2`, `-3`... when two objects share one. Returns the
-    paths in stream order.
-    """
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise RenderError(f"{out} exists and is not a directory; -o takes a directory")
-    docs = split_documents(text)
-    out.mkdir(parents=True, exist_ok=True)
-    paths: list[Path] = []
-    used: set[str] = set()
-    for obj, chunk in docs:
-        name = object_file_name(obj)
-        stem, n = name[:-5], 2
-        while name in used:
-            name, n = f"{stem}-{n}.yaml", n + 1
-        used.add(name)
-        path = out / name
-        write_atomic(path, "---\n" + chunk)
-        paths.append(path)
-    return paths
 
 
 def render_values(values: dict, *, helm: str | None = None,

@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gpuvalues import yamlio
+from gpuvalues.checks.rules import VALUES_SCHEMA, Finding, check_values, values_findings, warnings_or_raise
 from gpuvalues.errors import SpecError
-from gpuvalues.fileio import write_atomic
-from gpuvalues.validate import (VALUES_SCHEMA, Finding, check_values, values_findings,
-                                warnings_or_raise)
+from gpuvalues.io.files import write_atomic
 
 _SEGMENT = re.compile(r'(?:"((?:[^"\\]|\\.)*)"|((?:[^.\[\]\\]|\\.)+))|\[(\d+)\]')
 

@@ -1,0 +1,90 @@
+"""Spec checks and loading: a spec file is read as Helm reads YAML, checked against
+schemas/spec.schema.json (every error, with positions) and the cross-field rules the schema
+cannot express, then parsed into the `gpuvalues.fleet.spec` dataclasses."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from gpuvalues import yamlio
+from gpuvalues.checks.rules import SPEC_SCHEMA, check_schema, finding, yaml_findings
+from gpuvalues.errors import Finding, ValidationFailed, errors_only
+from gpuvalues.fleet.spec import Spec, from_data
+
+
+def cross_field_findings(data: dict, loaded: yamlio.Loaded) -> list[Finding]:
+    """Spec rules across fields that need no GPU knowledge (names, references, ranges)."""
+    out: list[Finding] = []
+    pools = data["cluster"]["nodePools"]
+    seen: dict[str, int] = {}
+    for i, p in enumerate(pools):
+        if p["name"] in seen:
+            out.append(finding("GV000", f"duplicate node pool name {p['name']!r} (also at "
+                               f"cluster.nodePools[{seen[p['name']]}])",
+                               f"cluster.nodePools[{i}].name", loaded=loaded,
+                               at=("cluster", "nodePools", i, "name"), hint="rename one pool"))
+        seen.setdefault(p["name"], i)
+    names = {p["name"] for p in pools}
+    wseen: dict[str, int] = {}
+    for i, w in enumerate(data["workloads"]):
+        at = ("workloads", i)
+        if w["name"] in wseen:
+            out.append(finding("GV000", f"duplicate workload name {w['name']!r}",
+                               f"workloads[{i}].name", loaded=loaded, at=at + ("name",),
+                               hint="rename one workload"))
+        wseen.setdefault(w["name"], i)
+        if "nodePool" in w and w["nodePool"] not in names:
+            out.append(finding("GV000", f"no node pool named {w['nodePool']!r}; pools: "
+                               f"{', '.join(sorted(names))}", f"workloads[{i}].nodePool",
+                               loaded=loaded, at=at + ("nodePool",), hint="use a pool name"))
+        if "gpus" in w and w.get("tensorParallel", 1) > w["gpus"]:
+            out.append(finding("GV000", f"tensorParallel {w['tensorParallel']} needs at least "
+                               f"that many GPUs, gpus is {w['gpus']}", f"workloads[{i}].gpus",
+                               loaded=loaded, at=at + ("gpus",),
+                               hint="set gpus >= tensorParallel"))
+        load = w.get("load") or {}
+        if "base" in load and load["base"] > load["peak"]:
+            out.append(finding("GV000", f"base load {load['base']} exceeds peak {load['peak']}",
+                               f"workloads[{i}].load.base", loaded=loaded,
+                               at=at + ("load", "base"), hint="base <= peak"))
+    a = data.get("autoscaling", {})
+    if "minReplicas" in a and "maxReplicas" in a and a["minReplicas"] > a["maxReplicas"]:
+        out.append(finding("GV011", f"minReplicas {a['minReplicas']} > maxReplicas "
+                           f"{a['maxReplicas']}", "autoscaling.minReplicas", loaded=loaded,
+                           at=("autoscaling", "minReplicas")))
+    return out
+
+
+def check_spec(loaded: yamlio.Loaded) -> list[Finding]:
+    """Schema and cross-field findings (errors and GV010 warnings) for a loaded spec."""
+    yamlio.expect_mapping(loaded, "spec")
+    found = check_schema(loaded, SPEC_SCHEMA)
+    if not found:
+        found = cross_field_findings(loaded.data, loaded)
+    return sorted(found + yaml_findings(loaded), key=Finding.sort_key)
+
+
+def parse_spec(loaded: yamlio.Loaded, base_dir: Path | None = None, *,
+               findings: list[Finding] | None = None) -> Spec:
+    """Validate a loaded spec and build the dataclasses; ValidationFailed on errors.
+    `findings`: what `check_spec(loaded)` already returned, so it is not run twice."""
+    if findings is None:
+        findings = check_spec(loaded)
+    errors = errors_only(findings)
+    if errors:
+        raise ValidationFailed(errors)
+    if base_dir is None:
+        base_dir = Path(loaded.source).parent if loaded.source not in ("<stdin>", "<string>") \
+            else Path(".")
+    spec = from_data(loaded.data, base_dir=base_dir, loaded=loaded)
+    return replace(spec, warnings=tuple(f for f in findings if f.severity == "warning"))
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read (`-` for stdin), validate and parse a spec file."""
+    return parse_spec(yamlio.load_yaml(path))
+
+
+def spec_from_text(text: str, source: str = "<string>", base_dir: Path = Path(".")) -> Spec:
+    """Parse and validate spec YAML text (tests, the built-in example)."""
+    return parse_spec(yamlio.load_text(text, source), base_dir)
