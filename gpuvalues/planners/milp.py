@@ -692,6 +692,8 @@ def _warnings(model: _Model, demands) -> list[str]:
                        f"{lim['memory_limit_mib']} MiB (total / replicas) and {lim['active_thread_percentage']}% of the "
                        f"SMs; at most {deviceplugin.mps_max_clients(gpu)} clients at compute capability "
                        f"{gpu.compute_capability}; no error isolation between clients")
+        if model.modes[k] == "mig" and gpu.placement_warning:
+            out.append(f"pool {pool.name}: {gpu.placement_warning}")
         if model.modes[k] in ("time-slicing", "mps") and any(d.throughput is not None for d in demands):
             out.append(f"pool {pool.name}: shared-slot throughput comes from your 'shared' entries; slots on one "
                        "GPU compete for it")
