@@ -252,27 +252,28 @@ def _floor2(x: float) -> float:
     return math.floor(x * 100 + 1e-6) / 100
 
 
-def _gib_ratios(models: list["GpuModel"]) -> dict[float, float]:
-    """Lowest published `-lgip` GiB / nominal GB per memory fraction (slices / GPU slices) over
-    the whole catalog, e.g. 1/8 -> 0.869 (GB200 1g.23gb: 20.00 GiB, gpu-operator#1303)."""
-    ratios: dict[float, float] = {}
+def _gib_ratios(models: list["GpuModel"]) -> dict[tuple[str, float], float]:
+    """Lowest published `-lgip` GiB / nominal GB over the whole catalog, per memory fraction
+    (`("frac", slices / GPU slices)`) and per slice count (`("slices", n)`), e.g. fraction 1/8 ->
+    0.869 (GB200 1g.23gb: 20.00 GiB, gpu-operator#1303)."""
+    ratios: dict[tuple[str, float], float] = {}
     for g in models:
         for p in g.profiles:
             if p.memory_gib_status == "published":
-                frac = p.memory_slices / g.mig.memory_slices
-                ratios[frac] = min(ratios.get(frac, 1.0), p.memory_gib / p.memory_gb)
+                for key in (("frac", p.memory_slices / g.mig.memory_slices), ("slices", p.memory_slices)):
+                    ratios[key] = min(ratios.get(key, 1.0), p.memory_gib / p.memory_gb)
     return ratios
 
 
 def _derive_profile_gib(profiles: tuple[MigProfile, ...], total_slices: int,
-                        ratios: Mapping[float, float]) -> tuple[MigProfile, ...]:
+                        ratios: Mapping[tuple[str, float], float]) -> tuple[MigProfile, ...]:
     """Fill `memory_gib` of profiles without a published value, conservatively.
 
     With published rows on the same GPU: linear in memory slices from the largest published
     row of at most as many slices (usable memory per slice grows with instance size in every
     published table, e.g. H200 16.00 / 32.25 / 69.50 / 139.75 GiB for 1/2/4/8 slices, so the
     scaled value is a lower estimate). Without: the nominal GB times the catalog's lowest
-    published ratio for the same memory fraction (`_gib_ratios`), or 0.85 if none is published.
+    published ratio for the same memory fraction or slice count (`_gib_ratios`; 0.85 if none).
     """
     published = [p for p in profiles if p.memory_gib_status == "published"]
     out = []
@@ -286,7 +287,8 @@ def _derive_profile_gib(profiles: tuple[MigProfile, ...], total_slices: int,
             q = min((r for r in base if r.memory_slices == size), key=lambda r: r.memory_gib)
             gib = q.memory_gib * p.memory_slices / q.memory_slices
         else:
-            gib = p.memory_gb * ratios.get(p.memory_slices / total_slices, 0.85)
+            gib = p.memory_gb * min(ratios.get(("frac", p.memory_slices / total_slices), 0.85),
+                                    ratios.get(("slices", p.memory_slices), 0.85))
         out.append(replace(p, memory_gib=_floor2(gib)))
     return tuple(out)
 
@@ -301,7 +303,7 @@ def _derive_gpu_gib(memory_gb: float, mig: MigGeometry | None) -> float:
     return _floor2(gib)
 
 
-def _derive(gpu: "GpuModel", ratios: Mapping[float, float]) -> "GpuModel":
+def _derive(gpu: "GpuModel", ratios: Mapping[tuple[str, float], float]) -> "GpuModel":
     """`gpu` with every unpublished `memory_gib` derived."""
     mig = gpu.mig
     if mig:

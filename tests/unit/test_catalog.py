@@ -218,3 +218,14 @@ def test_placement_warning_only_for_derived_placements():
     assert derived.placement_source == "derived" and "derived" in derived.placement_warning
     assert published.placement_source == "published" and published.placement_warning is None
     assert catalog.get_gpu("L4").placement_source is None and catalog.get_gpu("L4").placement_warning is None
+
+
+@pytest.mark.parametrize("alias, expected", [
+    ("NVIDIA H20", "H20"), ("NVIDIA H100 SXM5 94GB", "H100-SXM5-94GB"), ("NVIDIA-GB300", "GB300"),
+    ("NVIDIA RTX PRO 5000 Blackwell", "RTX-PRO-5000"),
+    ("NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition", "RTX-PRO-6000"),
+])
+def test_mig_user_guide_gpus_present(alias, expected):
+    # the MIG User Guide's Supported GPUs list (H20, H100 94GB, RTX PRO 5000, RTX PRO 6000 Max-Q, GB300)
+    gpu = catalog.get_gpu(alias)
+    assert gpu.name == expected and gpu.mig_capable and gpu.placement_source in {"published", "derived"}
