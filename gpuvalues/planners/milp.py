@@ -611,6 +611,56 @@ def _run(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capac
 
 # --------------------------------------------------------------------------- output
 
+def _assign_runs(slots: Sequence[tuple[str, int]], queues: dict[str, deque], count: int):
+    """Yield (instances-per-GPU models, repeat) for `count` identical GPUs whose instance types
+    are `slots` [(itype, start)], consuming the run-length `queues` ({itype: deque([model, n])},
+    None = spare). Identical GPUs are handled as counts: one step per change of assignment,
+    not one per GPU (a 262,144-GPU fleet takes a few hundred steps)."""
+    per: Counter = Counter(it for it, _ in slots)
+    while count > 0:
+        # how many GPUs in a row can take the queues' head models unchanged
+        repeat = count
+        for it, n in per.items():
+            q = queues[it]
+            if q:   # an empty queue leaves spares on every GPU: no limit
+                repeat = min(repeat, q[0][1] // n) if q[0][1] >= n else 1
+        models = []
+        for it, _ in slots:
+            q = queues[it]
+            if q:
+                models.append(q[0][0])
+                q[0][1] -= repeat
+                if q[0][1] <= 0:
+                    q.popleft()
+            else:
+                models.append(None)
+        yield tuple(models), repeat
+        count -= repeat
+
+
+def _chunk_nodes(keys: Sequence[tuple[Any, int]], per_node: int) -> Counter:
+    """Nodes of `per_node` GPUs from (layout key, count) runs in order, as a Counter of
+    device tuples (the last node padded with None); whole runs become node counts at once."""
+    nodes: Counter = Counter()
+    partial: list = []
+    for key, cnt in keys:
+        if partial:
+            take = min(cnt, per_node - len(partial))
+            partial.extend([key] * take)
+            cnt -= take
+            if len(partial) == per_node:
+                nodes[tuple(partial)] += 1
+                partial = []
+        if cnt >= per_node:
+            nodes[(key,) * per_node] += cnt // per_node
+            cnt %= per_node
+        if cnt:
+            partial = [key] * cnt
+    if partial:
+        nodes[tuple(partial) + (None,) * (per_node - len(partial))] += 1
+    return nodes
+
+
 def _pool_plans(model: _Model, demands, x, z) -> tuple[list[PoolPlan], dict, dict, dict]:
     pool_plans = []
     node_configs: dict[str, list] = {}
@@ -621,35 +671,44 @@ def _pool_plans(model: _Model, demands, x, z) -> tuple[list[PoolPlan], dict, dic
         gpu = get_gpu(pool.gpu)
         mode = model.modes[k]
         keys = model.layouts[k]
-        # queue of models per instance type in this pool
-        queue: dict[str, deque[str]] = defaultdict(deque)
+        # run-length queue of models per instance type in this pool
+        queues: dict[str, deque] = defaultdict(deque)
         for (kk, it, m), v in sorted(z.items()):
-            if kk == k:
-                queue[it].extend([demands[m].name] * v)
-        gpus: list[tuple] = []  # (layout key, instances tuple)
+            if kk == k and v > 0:
+                queues[it].append([demands[m].name, v])
+        counted: Counter = Counter()   # (layout key, instances) -> GPUs
+        used_keys: list[tuple[Any, int]] = []
+        layouts: dict[Any, mig.Layout] = {}
         for li, key in enumerate(keys):
-            for _ in range(x.get((k, li), 0)):
-                if mode == "mig":
-                    placements = mig.place(gpu, dict(key))
-                    inst = tuple(Instance(p.profile, p.start, queue[p.profile].popleft() if queue[p.profile] else None)
-                                 for p in placements)
-                else:
-                    (it, cnt), = key
-                    inst = tuple(Instance(it, i, queue[it].popleft() if queue[it] else None) for i in range(cnt))
-                gpus.append((key, inst))
-        counted = Counter(gpus)
-        groups = tuple(GpuGroup(pool.name, mig.Layout(gpu.name, tuple(mig.place(gpu, dict(key)))) if mode == "mig" else None,
-                                inst, n)
+            cnt = x.get((k, li), 0)
+            if not cnt:
+                continue
+            used_keys.append((key, cnt))
+            if mode == "mig":
+                placements = tuple(mig.place(gpu, dict(key)))   # once per layout, not per GPU
+                layouts[key] = mig.Layout(gpu.name, placements)
+                slots = [(pl.profile, pl.start) for pl in placements]
+            else:
+                (it, n), = key
+                slots = [(it, i) for i in range(n)]
+            for models, rep in _assign_runs(slots, queues, cnt):
+                inst = tuple(Instance(it, st, mdl) for (it, st), mdl in zip(slots, models))
+                counted[(key, inst)] += rep
+        groups = tuple(GpuGroup(pool.name, layouts.get(key) if mode == "mig" else None, inst, n)
                        for (key, inst), n in sorted(counted.items(), key=lambda kv: (-kv[1], str(kv[0]))))
-        spare = Counter(i.profile for (key, inst) in gpus for i in inst if i.model is None)
+        n_gpus = sum(counted.values())
+        spare: Counter = Counter()
+        for (key, inst), n in counted.items():
+            for i in inst:
+                if i.model is None:
+                    spare[i.profile] += n
         unused = 0
         if mode == "mig":
-            unused = sum(gpu.mig.memory_slices - sum(gpu.profile(p).memory_slices * c for p, c in key) for key, _ in gpus)
+            unused = sum((gpu.mig.memory_slices - sum(gpu.profile(p).memory_slices * c for p, c in key)) * cnt
+                         for key, cnt in used_keys)
         # nodes: GPUs sorted by layout, chunked; identical nodes share a config
-        ordered = sorted((key for key, _ in gpus), key=str)
-        nodes = [tuple(ordered[i:i + pool.gpus_per_node]) for i in range(0, len(ordered), pool.gpus_per_node)]
-        nodes = [n + (None,) * (pool.gpus_per_node - len(n)) for n in nodes]
-        node_count = Counter(nodes)
+        node_count = _chunk_nodes(sorted(used_keys, key=lambda kc: str(kc[0])), pool.gpus_per_node)
+        n_nodes = sum(node_count.values())
         ngroups = []
         for idx, (devs, cnt) in enumerate(sorted(node_count.items(), key=lambda kv: (-kv[1], str(kv[0])))):
             name = f"{pool.name}-{idx + 1}" if len(node_count) > 1 else pool.name
@@ -673,7 +732,7 @@ def _pool_plans(model: _Model, demands, x, z) -> tuple[list[PoolPlan], dict, dic
         else:
             dp_configs[pool.name] = deviceplugin.build_device_plugin_config(sharing=mode, replicas=model.shared_r[k], gpu=gpu,
                                                                        mig_enabled=False)
-        pool_plans.append(PoolPlan(pool, mode, len(gpus), len(nodes), groups, tuple(ngroups), dict(spare), unused,
+        pool_plans.append(PoolPlan(pool, mode, n_gpus, n_nodes, groups, tuple(ngroups), dict(spare), unused,
                                    model.shared_r[k]))
     return pool_plans, node_configs, labels, dp_configs
 
@@ -692,6 +751,8 @@ def _warnings(model: _Model, demands) -> list[str]:
                        f"{lim['memory_limit_mib']} MiB (total / replicas) and {lim['active_thread_percentage']}% of the "
                        f"SMs; at most {deviceplugin.mps_max_clients(gpu)} clients at compute capability "
                        f"{gpu.compute_capability}; no error isolation between clients")
+        if model.modes[k] == "mig" and gpu.placement_warning:
+            out.append(f"pool {pool.name}: {gpu.placement_warning}")
         if model.modes[k] in ("time-slicing", "mps") and any(d.throughput is not None for d in demands):
             out.append(f"pool {pool.name}: shared-slot throughput comes from your 'shared' entries; slots on one "
                        "GPU compete for it")

@@ -306,3 +306,12 @@ def test_whole_pool_on_mig_gpu_turns_mig_off():
     assert entries == [{"devices": "all", "mig-enabled": False}]
     assert p.node_labels["h"] == {"nvidia.com/mig.config": "h", "nvidia.com/device-plugin.config": "h"}
     assert p.device_plugin_configs["h"] == {"version": "v1", "flags": {"migStrategy": "none"}}
+
+
+def test_plan_warns_when_placements_are_derived():
+    from gpuvalues.planners.milp import ModelDemand, NodePool, plan
+    demands = [ModelDemand("m", replicas=3)]
+    derived = plan(demands, [NodePool("h200", "H200-141GB", gpus_per_node=8, nodes=1)], baselines=False)
+    assert any("h200" in w and "placements are derived" in w for w in derived.warnings)
+    published = plan(demands, [NodePool("a100", "A100-80GB", gpus_per_node=8, nodes=1)], baselines=False)
+    assert not any("placements are derived" in w for w in published.warnings)
