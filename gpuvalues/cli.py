@@ -105,7 +105,7 @@ def cmd_values(args: argparse.Namespace) -> int:
         say(args, f"wrote {path}")
     if args.out and written and written[0].name.endswith(".values.yaml"):
         say(args, "install in this order:")
-        for line in pipeline.install_commands(fleet, args.out):
+        for line in pipeline.install_commands(fleet, args.out, args.artifacts):
             say(args, f"  {line}")
     if not args.out:
         data = {r.name: dict(r.values) for r in fleet.releases}

@@ -8,6 +8,7 @@ stdin), returns data or raises a `GpuValuesError`; the CLI only parses arguments
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -44,7 +45,7 @@ def plan_data(fleet: Fleet) -> dict:
     # sharing node group, the GPUs the MIG solve lays out
     gpus = sum(layout.units.get(p.workload, 0) for p in fleet.placements if p.whole_gpus)
     gpus += sum(g.nodes * fleet.spec.pool(g.pool).gpus_per_node for g in layout.node_groups
-                if g.device_plugin_config and g.device_plugin_config.startswith(("ts-", "mps-")))
+                if any(p.mode == "shared" for p in fleet.placements if p.workload in g.workloads))
     gpus += layout.plan.gpus_used if layout.plan is not None else 0
     mig = None
     if layout.plan is not None:
@@ -126,13 +127,13 @@ def write_values(fleet: Fleet, out: str | None, artifacts: str | None,
     return paths
 
 
-def install_commands(fleet: Fleet, values_dir: str | Path, chart: str = "charts/gpu-inference"
-                     ) -> list[str]:
-    """The commands that install the fleet, in order: label the nodes, the platform
-    release, then each workload's release."""
+def install_commands(fleet: Fleet, values_dir: str | Path, artifacts: str | Path | None = None,
+                     chart: str = "charts/gpu-inference") -> list[str]:
+    """The commands that install the fleet, in order: label the nodes (as the node side
+    says), the platform release, then each workload's release."""
     d = Path(values_dir)
-    out = [f"# label each node group's nodes as {d / 'node-labels.yaml'} says "
-           "(kubectl label nodes NODE KEY=VALUE ...)"]
+    where = f"{Path(artifacts) / 'node-labels.yaml'}" if artifacts else "`--artifacts DIR`'s node-labels.yaml"
+    out = [f"# label each node group's nodes as {where} says (kubectl label nodes NODE KEY=VALUE ...)"]
     for r in fleet.releases:
         out.append(f"helm upgrade --install {r.name} {chart} --namespace {r.namespace} "
                    f"--create-namespace -f {d / (r.name + '.values.yaml')}")
@@ -165,12 +166,14 @@ def rendered(spec_path: str | Path | None = None, *, values_path: str | Path | N
     fleet = fleet_of(spec_path)
     kube = kube_version or fleet.spec.kubernetes_version
     releases = [fleet.release(workload)] if workload else list(fleet.releases)
-    out = []
-    for r in releases:
-        progress(f"helm template {r.name} -n {r.namespace} + kubernetes-validate {kube}")
-        text, objs = rendering.render_values(dict(r.values), helm=helm, kube_version=kube,
-                                             release=r.name, namespace=r.namespace, chart=chart)
-        out.append((r, text, objs))
+    progress(f"helm template {len(releases)} release(s) + kubernetes-validate {kube}")
+
+    def one(r: Release):
+        return (r, *rendering.render_values(dict(r.values), helm=helm, kube_version=kube,
+                                            release=r.name, namespace=r.namespace, chart=chart))
+    # one helm process per release, side by side (helm is the slow part)
+    with ThreadPoolExecutor(max_workers=min(4, len(releases))) as pool:
+        out = list(pool.map(one, releases))
     warnings = [f for f in fleet.findings if f.severity == "warning"]
     progress("fit check of every release on the fleet's nodes")
     warnings += fit_findings(fleet, [(r, objs) for r, _, objs in out])

@@ -180,8 +180,9 @@ def expected_nodes(fleet: Fleet):
         for g in (layout.groups_of(pool.name) if layout else ()):
             config = (layout.device_plugin_configs.get(g.device_plugin_config)
                       if g.device_plugin_config else None)
+            products = deviceplugin.gfd_products(gpu, config) or [catalog.gfd_product_label(gpu.name)]
             labels = {"nvidia.com/gpu.count": str(pool.gpus_per_node), **g.labels,
-                      "nvidia.com/gpu.product": deviceplugin.gfd_products(gpu, config)[-1]}
+                      "nvidia.com/gpu.product": products[-1]}
             alloc: dict[str, int] = {}
             mig_profiles: dict[str, int] = {}
             replicas, strategy = 1, "none"

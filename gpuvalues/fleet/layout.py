@@ -124,18 +124,19 @@ def _topology_labels(spec: Spec, pool: NodePool) -> dict[str, str]:
 
 
 def _shared_config(spec: Spec, pool: NodePool, shared: Sequence[Placement]) -> tuple[str, dict]:
-    kinds = {(p.sharing, p.replicas_per_gpu) for p in shared}
+    kinds = {(p.sharing, p.replicas_per_gpu, p.renamed) for p in shared}
     if len(kinds) > 1:
-        names = ", ".join(f"{p.workload} ({p.sharing} x{p.replicas_per_gpu})" for p in shared)
+        names = ", ".join(f"{p.workload} ({p.sharing} x{p.replicas_per_gpu}"
+                          f"{'' if p.renamed else ', not renamed'})" for p in shared)
         raise spec_error(PlanError, f"pool {pool.name}: workloads need different sharing configs "
                          f"({names}), but a node runs one device-plugin config; give them "
                          "separate pools (nodePool) or the same sharing", spec, "cluster",
                          "nodePools", spec.node_pools.index(pool), code="GV015")
-    (mode, replicas), = kinds
+    (mode, replicas, renamed), = kinds
     cfg = deviceplugin.build_device_plugin_config(
-        sharing=mode, replicas=replicas, rename_by_default=True, gpu=shared[0].gpu,
+        sharing=mode, replicas=replicas, rename_by_default=renamed, gpu=shared[0].gpu,
         mig_enabled=False)
-    return f"{'mps' if mode == 'mps' else 'ts'}-{replicas}", cfg
+    return f"{'mps' if mode == 'mps' else 'ts'}-{replicas}{'' if renamed else '-unrenamed'}", cfg
 
 
 def lay_out(spec: Spec, placements: Sequence[Placement], peaks: Mapping[str, int], *,

@@ -46,6 +46,7 @@ class Placement:
     mig_profile: str | None = None
     replicas_per_gpu: int | None = None
     units_per_gpu: int = 1
+    renamed: bool = True              # shared: advertised as nvidia.com/gpu.shared
     why: str = ""
 
     @property
@@ -54,7 +55,7 @@ class Placement:
         if self.mode == "mig":
             return catalog.mig_resource_name(self.mig_profile)
         if self.mode == "shared":
-            return SHARED_RESOURCE
+            return SHARED_RESOURCE if self.renamed else WHOLE_RESOURCE
         return WHOLE_RESOURCE
 
     @property
@@ -203,7 +204,7 @@ def place(spec: Spec, wi: int) -> Placement:
         why = (f"{mode}: {replicas} replicas per {gpu.name}"
                + (f" ({_gib(usable_gib(gpu))} / {asked})" if need else ""))
         return Placement(w.name, pool, gpu, "shared", 1, mode, replicas_per_gpu=replicas,
-                         units_per_gpu=replicas, why=why)
+                         units_per_gpu=replicas, renamed=sharing.rename_resource, why=why)
     codes = {c for c, _ in problems}
     raise spec_error(PlanError, f"no node pool can host {w.name!r} with sharing "
                      f"{sharing.mode!r}: " + "; ".join(why for _, why in problems), spec, *at,

@@ -52,6 +52,7 @@ class Sharing:
     replicas_per_gpu: int | None = None
     mig_profile: str | None = None
     mig_strategy: str = "mixed"
+    rename_resource: bool = True     # shared replicas as nvidia.com/gpu.shared
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,8 @@ def _sharing(raw: Any) -> Sharing | None:
     if isinstance(raw, str):
         return Sharing(mode=raw)
     return Sharing(mode=raw["mode"], replicas_per_gpu=raw.get("replicasPerGpu"),
-                   mig_profile=raw.get("migProfile"), mig_strategy=raw.get("migStrategy", "mixed"))
+                   mig_profile=raw.get("migProfile"), mig_strategy=raw.get("migStrategy", "mixed"),
+                   rename_resource=raw.get("renameResource", True))
 
 
 def _kube_version(text: str) -> str:

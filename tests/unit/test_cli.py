@@ -264,3 +264,15 @@ def test_validate_plans_the_fleet_once(capsys, tmp_path):
     errors = [f for f in findings if f["severity"] == "error"]
     assert len(errors) == 1, errors
     assert "embed-small" in errors[0]["message"]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.stem)
+def test_plan_and_values_emit_byte_identical_node_sides(capsys, tmp_path, path):
+    """`plan --artifacts` and `values --artifacts` write the node side of one fleet."""
+    a, b = tmp_path / "plan", tmp_path / "values"
+    assert gv(capsys, "plan", path, "--artifacts", a, "--no-baselines", "-q")[0] == 0
+    assert gv(capsys, "values", path, "-o", tmp_path / "v", "--artifacts", b, "-q")[0] == 0
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir()) and "node-labels.yaml" in names
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
