@@ -1069,3 +1069,14 @@ def sharing_plan(demands: Sequence[ModelDemand], gpu: str, mode: str, *, gpus: i
 # --------------------------------------------------------------------------- output
 
 
+
+
+def replan(demands: Sequence[ModelDemand], pools: Sequence[NodePool], current: Any, *, gpu_slack: int = 0,
+           max_node_changes: int | None = None, max_unavailable_per_pool: int | None = None,
+           time_limit: float = 30.0):
+    """Re-plan a running fleet: fewest GPUs (within `gpu_slack`), then fewest node
+    reconfigurations, under the drain budgets. `current` is a
+    `gpuvalues.planners.replan.CurrentLayout`; returns a `replan.Replan` (see that module)."""
+    from gpuvalues.planners import replan as _replan
+    return _replan.replan(demands, pools, current, gpu_slack=gpu_slack, max_node_changes=max_node_changes,
+                          max_unavailable_per_pool=max_unavailable_per_pool, time_limit=time_limit)
