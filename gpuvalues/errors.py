@@ -11,22 +11,30 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-# A quoted value in a message is cut to this many characters, and a whole message to
-# MAX_MESSAGE: a 10 MB string in a spec must not make a 10 MB "one-line" error.
+# A value quoted in a message (any run of non-blank characters) is cut to this many
+# characters, and a whole message to MAX_MESSAGE: a 10 MB string in a spec must not make a
+# 10 MB "one-line" error.
 MAX_QUOTED = 80
-MAX_MESSAGE = 1000
-_QUOTED = re.compile(r"'[^']{%d,}'|\"[^\"]{%d,}\"" % (MAX_QUOTED + 1, MAX_QUOTED + 1))
+MAX_MESSAGE = 4096
+_LONG_TOKEN = re.compile(r"\S{%d,}" % (MAX_QUOTED + 1))
+
+
+def _cut(match: re.Match) -> str:
+    token = match.group(0)
+    close = token[-1] if token[-1] in "'\"" else ""
+    return token[:MAX_QUOTED - 3 - len(close)] + "..." + close
 
 
 def one_line(text: str) -> str:
-    """`text` as one bounded line: newlines become spaces, each quoted value longer than
-    MAX_QUOTED keeps its first characters and an ellipsis, the whole at most MAX_MESSAGE.
-    The one place where every error and finding message is bounded."""
+    """`text` as one bounded line: newlines become spaces, each run of more than
+    MAX_QUOTED non-blank characters (a long quoted value, key or path) keeps its start and
+    an ellipsis (and its closing quote), the whole at most MAX_MESSAGE characters. The one
+    place where every error and finding message is bounded."""
     text = str(text)
     if "\n" in text or "\r" in text:
         text = re.sub(r"[\r\n]+", " ", text)
     if len(text) > MAX_QUOTED:
-        text = _QUOTED.sub(lambda m: m.group(0)[:MAX_QUOTED - 3] + "..." + m.group(0)[0], text)
+        text = _LONG_TOKEN.sub(_cut, text)
     if len(text) > MAX_MESSAGE:
         text = text[:MAX_MESSAGE - 3] + "..."
     return text

@@ -53,6 +53,15 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 # Inputs larger than this are refused before parsing: values files and specs are KBs;
 # a 50 MB "spec" is an accident or an attack, and parsing it would take a minute and GBs.
 MAX_INPUT_BYTES = 16 * 1024 * 1024
+# Deepest nesting of mappings and lists accepted (libyaml stops at 1000; the chart's values
+# nest about 10 deep): deeper input is refused before any recursive walk can overflow.
+MAX_NESTING = 200
+# Most YAML nodes (scalars, mappings, lists, aliases before expansion) in a spec or values
+# file: the chart's whole values.yaml has about a thousand. Counted on the event stream
+# (libyaml, about 1 us each) before anything is composed (about 25 us a node in Python).
+MAX_NODES = 100_000
+# Above this many nodes, load_text skips ruamel's slow round-trip reader (see load_text).
+ROUND_TRIP_LIMIT = 10_000
 
 
 class NotRepresentable(Exception):
@@ -185,11 +194,14 @@ for _loader in _LOADERS:
 
 
 class ExcessiveAliasing(yaml.YAMLError):
-    """A document whose aliases expand past go-yaml's limit (an "alias bomb")."""
+    """A document whose aliases expand past go-yaml's limit (an "alias bomb"), or that
+    nests deeper than MAX_NESTING."""
 
-    def __init__(self, mark) -> None:
-        super().__init__("document contains excessive aliasing")
+    def __init__(self, mark, message: str = "document contains excessive aliasing (aliases "
+                 "expand past Helm's limit: an alias bomb?)") -> None:
+        super().__init__(message)
         self.mark = mark
+        self.message = message
 
 
 def _allowed_alias_ratio(decodes: int) -> float:
@@ -213,9 +225,12 @@ def check_aliasing(root) -> None:
     an alias; it runs in time linear in the decodes it allows, not in the expansion."""
     decodes = aliases = 0
     seen: set[int] = set()
-    stack = [(root, 0)]
+    stack = [(root, 0, 0)]
     while stack:
-        node, depth = stack.pop()
+        node, depth, nesting = stack.pop()
+        if nesting > MAX_NESTING:
+            raise ExcessiveAliasing(node.start_mark, f"nested more than {MAX_NESTING} levels "
+                                    "deep (mappings and lists)")
         if depth == 0 and id(node) in seen:     # an alias reference: the alias node itself,
             decodes += 1                        # then its anchor's subtree, all as aliases
             depth = 1
@@ -228,11 +243,31 @@ def check_aliasing(root) -> None:
             raise ExcessiveAliasing(node.start_mark)
         if isinstance(node, yaml.MappingNode):
             for k, v in reversed(node.value):
-                stack.append((v, depth))
+                stack.append((v, depth, nesting + 1))
                 if k.tag != _MERGE_TAG:        # go-yaml v2 never decodes the `<<` key
-                    stack.append((k, depth))
+                    stack.append((k, depth, nesting + 1))
         elif isinstance(node, yaml.SequenceNode):
-            stack.extend((child, depth) for child in reversed(node.value))
+            stack.extend((child, depth, nesting + 1) for child in reversed(node.value))
+
+
+def _check_size(text: str, source: str) -> int:
+    """The number of nodes of `text`, counted on its event stream (fast), refusing more
+    than MAX_NODES before anything is composed; syntax errors are left to the loader,
+    which places them."""
+    n = 0
+    try:
+        for event in yaml.parse(text, Loader=_LOADERS[0]):
+            if isinstance(event, (yaml.ScalarEvent, yaml.MappingStartEvent,
+                                  yaml.SequenceStartEvent, yaml.AliasEvent)):
+                n += 1
+                if n > MAX_NODES:
+                    mark = event.start_mark
+                    raise SpecError(f"more than {MAX_NODES:,} YAML values in one file; specs "
+                                    "and values files have hundreds", source=source,
+                                    line=mark.line + 1, column=mark.column + 1)
+    except yaml.YAMLError:
+        pass
+    return n
 
 
 def _documents(text: str, loader_class) -> list:
@@ -426,8 +461,8 @@ def decode(data: bytes, source: str) -> str:
         raise SpecError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
                         f"{exc.start}); save the file as UTF-8",
                         source=source, line=line, column=col) from None
-    bad = next((i for i, ch in enumerate(text) if ch == "\x00"), None)
-    if bad is not None:
+    bad = text.find("\x00")
+    if bad >= 0:
         line, col = _line_col(text, bad)
         raise SpecError("binary data (NUL byte), expected YAML text",
                         source=source, line=line, column=col)
@@ -443,8 +478,7 @@ def read_text(path: str | Path) -> str:
 
 def _yaml_error(exc: yaml.YAMLError, text: str, source: str) -> SpecError:
     if isinstance(exc, ExcessiveAliasing):
-        return SpecError("invalid YAML: document contains excessive aliasing (aliases expand "
-                         "past Helm's limit: an alias bomb?)", source=source,
+        return SpecError(f"invalid YAML: {exc.message}", source=source,
                          line=exc.mark.line + 1, column=exc.mark.column + 1)
     if isinstance(exc, yaml.reader.ReaderError):
         line, col = _line_col(text, exc.position)
@@ -556,6 +590,7 @@ def load_text(text: str, source: str = "<string>", *, allow_empty: bool = False)
             return Loaded({}, source, text, {(): (1, 1)}, {}, ())
         raise SpecError("file is empty, expected a YAML mapping", source=source, line=1, column=1)
     try:
+        nodes = _check_size(text, source)
         docs = _load_all(text)
     except yaml.YAMLError as exc:
         raise _yaml_error(exc, text, source) from None
@@ -581,6 +616,11 @@ def load_text(text: str, source: str = "<string>", *, allow_empty: bool = False)
     from ruamel.yaml.error import MarkedYAMLError as RMarkedError
     from ruamel.yaml.error import YAMLError as RYAMLError
 
+    if nodes > ROUND_TRIP_LIMIT:
+        # ruamel's pure-Python reader takes ~100 us a node: for big files, positions and
+        # duplicate keys come from libyaml and the YAML 1.2 comparison (GV010) is skipped.
+        _walk_pyyaml(text, pos, key_pos, source=source)
+        return Loaded(data, source, text, pos, key_pos, ())
     try:
         _walk_ruamel(YAML(typ="rt").load(text), (), pos, key_pos, rt, renamed)
     except DuplicateKeyError as exc:
@@ -615,26 +655,37 @@ def load_text(text: str, source: str = "<string>", *, allow_empty: bool = False)
     return Loaded(data, source, text, pos, key_pos, tuple(warnings))
 
 
-def _walk_pyyaml(text: str, pos: dict, key_pos: dict) -> None:
-    """Positions from PyYAML's composed node tree (fallback)."""
+def _walk_pyyaml(text: str, pos: dict, key_pos: dict, *, source: str | None = None) -> None:
+    """Positions from PyYAML's composed node tree (libyaml when available). With `source`,
+    a duplicate key is a SpecError there (what ruamel's reader reports otherwise)."""
     def walk(node, path):
         pos[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
         if isinstance(node, yaml.MappingNode):
+            names: set = set()
             for k, v in node.value:
+                if k.tag == _MERGE_TAG:
+                    continue
                 try:
                     name = helm_key(helm_scalar(k.value)) if isinstance(k, yaml.ScalarNode) \
                         else str(k.value)
                 except NotRepresentable:
                     name = k.value
+                if source is not None and name in names:
+                    raise SpecError(f"duplicate key {k.value!r}", source=source,
+                                    line=k.start_mark.line + 1, column=k.start_mark.column + 1)
+                names.add(name)
                 key_pos[path + (name,)] = (k.start_mark.line + 1, k.start_mark.column + 1)
                 walk(v, path + (name,))
         elif isinstance(node, yaml.SequenceNode):
             for i, v in enumerate(node.value):
                 walk(v, path + (i,))
-    try:
-        root = yaml.compose(text, Loader=_HelmLoader)
-    except yaml.YAMLError:
-        return
+    root = None
+    for loader in dict.fromkeys((_LOADERS[0], _HelmLoader)):
+        try:
+            root = yaml.compose(text, Loader=loader)
+            break
+        except yaml.YAMLError:
+            continue
     if root is not None:
         walk(root, ())
 
@@ -690,8 +741,8 @@ def parse_yaml(text: str, *, source: str | None = None, error: type[GpuValuesErr
                 raise error(f"{len(docs)} YAML documents; expected one", source=source)
             return docs[0] if docs else None
         except ExcessiveAliasing as exc:
-            raise error("invalid YAML: document contains excessive aliasing (an alias bomb?)",
-                        source=source, line=exc.mark.line + 1, column=exc.mark.column + 1) from None
+            raise error(f"invalid YAML: {exc.message}", source=source,
+                        line=exc.mark.line + 1, column=exc.mark.column + 1) from None
         except (RecursionError, MemoryError) as exc:
             what = "nested too deeply" if isinstance(exc, RecursionError) else "too large"
             raise error(f"YAML/JSON {what} to read", source=source, line=1, column=1) from None

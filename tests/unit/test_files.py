@@ -81,19 +81,36 @@ def test_hard_link_written_through(tmp_path):
     assert a.stat().st_ino == b.stat().st_ino and a.stat().st_nlink == 2
 
 
-def test_dev_null_is_streamed_not_replaced():
-    before = os.stat("/dev/null")
-    files.write_atomic("/dev/null", "anything\n")
-    after = os.stat("/dev/null")
+@pytest.fixture
+def device(tmp_path):
+    """A private character device node (the kernel's null or full device) in tmp_path, so
+    the test does not depend on a shared /dev that other processes on this machine may have
+    clobbered; the system's own nodes when not root (mknod needs root)."""
+    def make(name: str, minor: int) -> Path:
+        if os.geteuid() != 0:
+            return Path("/dev") / name
+        node = tmp_path / name
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, minor))
+        return node
+    return make
+
+
+def test_null_device_is_streamed_not_replaced(device):
+    null = device("null", 3)
+    before = os.stat(null)
+    files.write_atomic(null, "anything\n")
+    after = os.stat(null)
     assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev
     assert after.st_ino == before.st_ino
+    assert _no_temp_files(null.parent) == []
 
 
-def test_dev_full_gives_enospc_and_stays_a_device():
+def test_full_device_gives_enospc_and_stays_a_device(device):
+    full = device("full", 7)
     with pytest.raises(OutputError) as err:
-        files.write_atomic("/dev/full", "x" * 10)
-    assert str(err.value) == "/dev/full: cannot write: no space left on device (nothing was written)"
-    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+        files.write_atomic(full, "x" * 10)
+    assert str(err.value) == f"{full}: cannot write: no space left on device (nothing was written)"
+    assert stat.S_ISCHR(os.stat(full).st_mode)
 
 
 def test_fifo_is_streamed(tmp_path):
@@ -109,11 +126,13 @@ def test_fifo_is_streamed(tmp_path):
     assert _no_temp_files(tmp_path) == []
 
 
-def test_symlink_to_a_device_is_streamed(tmp_path):
+def test_symlink_to_a_device_is_streamed(tmp_path, device):
+    null = device("null", 3)
     link = tmp_path / "stdout"
-    link.symlink_to("/dev/null")
+    link.symlink_to(null)
     files.write_atomic(link, "x")
-    assert link.is_symlink() and os.readlink(link) == "/dev/null"
+    assert link.is_symlink() and os.readlink(link) == str(null)
+    assert stat.S_ISCHR(os.stat(null).st_mode)
 
 
 def test_dash_writes_stdout(capfd):
