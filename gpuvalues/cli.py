@@ -394,6 +394,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gpuvalues: interrupted", file=sys.stderr)
         return 130
+    except (MemoryError, RecursionError) as exc:  # input past a limit no check caught
+        if args.debug:
+            traceback.print_exc()
+        what = "out of memory" if isinstance(exc, MemoryError) else "input nested too deeply"
+        print(f"gpuvalues: error: {what} (the input is too large or too deep to process)",
+              file=sys.stderr)
+        return 2
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
