@@ -210,7 +210,7 @@ def test_config_manager_can_read_its_node():
 def test_mig_configs_give_the_plugin_sys_admin_and_mig_monitoring():
     ds = one(objs("helm", "platform-mig-sharing"), "DaemonSet", "device-plugin")
     plugin = containers(ds)["nvidia-device-plugin"]
-    assert plugin["securityContext"]["capabilities"] == {"add": ["SYS_ADMIN"]}
+    assert plugin["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
     assert env(plugin)["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
 
 
@@ -323,7 +323,7 @@ def test_dcgm_exporter_daemonset_service_and_counters():
     assert e["DCGM_EXPORTER_KUBERNETES"] == "true"
     assert e["DCGM_EXPORTER_LISTEN"] == ":9400"
     assert e["DCGM_EXPORTER_COLLECTORS"] == "/etc/dcgm-exporter/counters.csv"
-    assert ctr["securityContext"]["capabilities"] == {"add": ["SYS_ADMIN"]}
+    assert ctr["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
     assert ctr["image"].startswith("nvcr.io/nvidia/k8s/dcgm-exporter:") and not ctr["image"].endswith(":latest")
     vols = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
     assert vols["pod-resources"]["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"

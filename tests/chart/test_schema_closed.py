@@ -36,8 +36,12 @@ ESCAPE_HATCHES = {
                                       "and the API server's strict field validation check it)",
     "#/properties/initContainers/items": "a Kubernetes Container, rendered verbatim",
     "#/properties/sidecars/items": "a Kubernetes Container, rendered verbatim",
-    "Selector/properties/matchLabels": "label map of a Kubernetes LabelSelector (labelSelector, podSelector, namespaceSelector)",
+    "labelSelector/properties/matchLabels": "label map of a Kubernetes LabelSelector",
+    "namespaceSelector/properties/matchLabels": "label map of a Kubernetes LabelSelector",
+    "podSelector/properties/matchLabels": "label map of a Kubernetes LabelSelector",
     "resources/properties/requests": "resource quantities by resource name",
+    "sidecarResources/properties/requests": "resource quantities by resource name",
+    "sidecarResources/properties/limits": "resource quantities by resource name",
     "resources/properties/limits": "resource quantities by resource name",
     "#/properties/platform/properties/devicePlugin/properties/config/properties/map":
         "config name -> device plugin config (each value closed by platformDevicePluginConfig)",
@@ -52,7 +56,7 @@ PREDICATES = {"if", "then", "else", "not"}
 
 def _hatch(where: str) -> str | None:
     """The escape hatch naming this location: a full pointer, or a suffix for a shared $def."""
-    return next((h for h in ESCAPE_HATCHES if where == h or (not h.startswith("#") and where.endswith(h))), None)
+    return next((h for h in ESCAPE_HATCHES if where == h or (not h.startswith("#") and where.endswith("/" + h))), None)
 
 
 def open_nodes(schema: dict) -> tuple[list[str], set[str]]:

@@ -133,22 +133,33 @@ Args: dict root, name, oneshot (bool), process.
       mountPath: /available-configs
     - name: config
       mountPath: /config
-  {{- with .securityContext }}
+  {{- /* It only reads its node's label from the API and links a file in the emptyDir, so no
+         capability: upstream's chart already runs it with ALL dropped (as the sidecar of a
+         non-MIG device plugin, deployments/helm/nvidia-device-plugin templates/
+         daemonset-device-plugin.yml). Signalling the root plugin needs no capability as root. */}}
   securityContext:
+    allowPrivilegeEscalation: false
+    capabilities:
+      drop: ["ALL"]
+  {{- with $dp.sidecarResources }}
+  resources:
     {{- toYaml . | nindent 4 }}
   {{- end }}
 {{- end }}
 
-{{/* Device plugin container securityContext, as upstream: SYS_ADMIN only when a config uses MIG. */}}
+{{/*
+Device plugin container securityContext: ALL capabilities dropped and no escalation, as
+upstream runs it without MIG (nvidia-device-plugin.securityContext in its _helpers.tpl); with
+a MIG config it needs SYS_ADMIN (NVML MIG handles), added back alone, the pattern upstream's
+dcgm-exporter chart uses for the same capability (deployment/values.yaml securityContext).
+*/}}
 {{- define "gpu-inference.platform.devicePluginSecurityContext" -}}
-{{- if include "gpu-inference.platform.anyMig" . }}
-capabilities:
-  add: ["SYS_ADMIN"]
-{{- else }}
 allowPrivilegeEscalation: false
 capabilities:
   drop: ["ALL"]
-{{- end }}
+  {{- if include "gpu-inference.platform.anyMig" . }}
+  add: ["SYS_ADMIN"]
+  {{- end }}
 {{- end }}
 
 {{/* The DCGM exporter's counters CSV: defaults + fields the alerts/autoscaling need + extra, deduplicated by field; PROF_* only with profiling. */}}
