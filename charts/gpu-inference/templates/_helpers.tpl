@@ -315,8 +315,8 @@ what to change. Included once, from the Deployment.
 {{- end }}
 {{- end }}
 {{- /* Model source */ -}}
-{{- if and (eq $v.model.source "pvc") (not $v.model.pvc.claimName) }}
-{{- fail "model.pvc.claimName: model.source=pvc needs the name of an existing PersistentVolumeClaim" }}
+{{- if and (eq $v.model.source "pvc") (not $v.model.pvc.claimName) (not $v.model.pvc.create) }}
+{{- fail "model.pvc.claimName: model.source=pvc needs the name of an existing PersistentVolumeClaim (or model.pvc.create=true for a cache the chart fills)" }}
 {{- end }}
 {{- if and (eq $v.model.source "init") (not $v.model.init.command) (not $v.model.init.args) }}
 {{- fail "model.init.command: model.source=init needs a command that writes the model under model.mountPath" }}
