@@ -7,8 +7,8 @@ gives its directory), so the file is exactly what that upstream release ships:
     python ci/extract-crd.py sigs.k8s.io/gateway-api@v1.6.3 \\
         config/crd/standard/gateway.networking.k8s.io_httproutes.yaml v1 httproute-v1.yaml
 
-The output keeps group/kind/version, the names and scope (so tests/e2e can install the
-CRD on the real API server) and that version's openAPIV3Schema unchanged.
+The output keeps group/kind/version, the names, scope and annotations (so tests/e2e can
+install the CRD on the real API server) and that version's openAPIV3Schema unchanged.
 """
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ def main(module: str, path: str, version: str, out_name: str) -> int:
     commit = meta.get("Origin", {}).get("Hash", "")
     doc = {"group": spec["group"], "kind": spec["names"]["kind"], "version": version,
            "plural": spec["names"]["plural"], "scope": spec["scope"],
+           # e.g. api-approved.kubernetes.io, required by the API server for *.k8s.io groups
+           "annotations": crd["metadata"].get("annotations", {}),
            "openAPIV3Schema": ver["schema"]["openAPIV3Schema"]}
     header = (f"# openAPIV3Schema of the {doc['kind']} CRD ({doc['group']}/{version}), copied unchanged as test data.\n"
               f"# Source: Go module {module} (file {path})"
