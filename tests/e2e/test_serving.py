@@ -11,14 +11,23 @@ and scheduler 1.35.4; kwok plays the kubelets).
   PV of a StorageClass the test creates. Faked: the storage behind the PV (an NFS source that
   nothing mounts, as no kubelet runs) and the Job's container (kwok's pod-complete stage marks
   it Succeeded).
+- A workload scaled to zero wakes: the real KEDA operator (v2.17.2, built from its Go module
+  by `ci/e2e/build.sh keda`) runs on the host against the cluster and the real Prometheus;
+  the one fake is the endpoint picker's queue gauge, served by the test (no gateway data
+  plane runs here). KEDA's metrics API server (the HPA's external metrics above one
+  replica) is not run: 0 <-> 1 is the operator's own work.
 """
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 from pathlib import Path
 
+import pytest
 import yaml
 
+from tests.e2e.conftest import harness
 from tests.e2e.e2elib import CHART, ROOT
 
 CRDS = ROOT / "tests" / "chart" / "data" / "crds"
@@ -123,3 +132,112 @@ def test_cache_job_and_its_pvc_bind(kube, namespace):
         kube.helm("uninstall", "cache", "-n", namespace, "--wait", "--timeout", "60s", check=False)
         kube.kubectl("delete", "pv", pv, "--ignore-not-found", "--wait=false", check=False)
         kube.kubectl("delete", "storageclass", sc, "--ignore-not-found", check=False)
+
+
+# --- scale to zero with the real KEDA operator -------------------------------------------------
+
+class QueueExporter(http.server.ThreadingHTTPServer):
+    """The one fake of the scale-from-zero test: the endpoint picker's flow-control queue
+    gauge (no gateway data plane runs here), in the EPP's metric name and labels."""
+
+    def __init__(self, pool: str):
+        super().__init__(("127.0.0.1", 0), _QueueHandler)
+        self.pool, self.value = pool, 0.0
+
+    def exposition(self) -> str:
+        m = "inference_extension_flow_control_queue_size"
+        return (f"# TYPE {m} gauge\n"
+                f'{m}{{fairness_id="default",priority="0",inference_pool="{self.pool}",'
+                f'model_name="m",target_model_name="m"}} {self.value}\n')
+
+
+class _QueueHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server API)
+        body = self.server.exposition().encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def keda_binary() -> Path:
+    v = harness.versions()["KEDA_VERSION"]
+    return ROOT / ".cache" / "e2e" / f"keda-{v}" / "bin" / "keda"
+
+
+def test_keda_scales_from_zero_when_the_queue_rises(kube, namespace, prometheus_bin, tmp_path):
+    """The real KEDA operator (v2.17.2, built by ci/e2e/build.sh keda) reads the chart's
+    ScaledObject, queries the real Prometheus with the chart's activation query, takes the
+    idle Deployment to 0 and back to 1 when the gateway's queue rises."""
+    keda = keda_binary()
+    if not keda.exists():
+        pytest.fail(f"KEDA operator missing at {keda}: run `bash ci/e2e/build.sh keda`")
+    cluster = kube.cluster
+    install_serving_crds(kube)
+    release, full = "s2z", "s2z-gpu-inference"
+    exporter = QueueExporter(full)
+    threading.Thread(target=exporter.serve_forever, daemon=True).start()
+    procs = []
+    try:
+        prom_port = harness.free_port()
+        cfg = tmp_path / "prometheus.yml"
+        cfg.write_text(yaml.safe_dump({
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [{"job_name": "epp", "static_configs": [{
+                "targets": [f"127.0.0.1:{exporter.server_address[1]}"],
+                "labels": {"namespace": namespace}}]}]}))  # the target namespace, as a ServiceMonitor adds it
+        procs.append(cluster.spawn("prometheus-s2z", [
+            prometheus_bin, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
+            ready_url=f"http://127.0.0.1:{prom_port}/-/ready"))
+        # KEDA's gRPC metrics service needs a serving cert (ca.crt, tls.crt, tls.key)
+        certs = tmp_path / "keda-certs"
+        certs.mkdir()
+        harness._ca(certs, "ca")
+        harness._leaf(certs, "tls", "ca", "/CN=keda-operator", "serverAuth,clientAuth", "IP:127.0.0.1,DNS:localhost")
+        health = harness.free_port()
+        env_kc = str(cluster.kubeconfig)
+        procs.append(cluster.spawn("keda-operator", [
+            "env", f"KUBECONFIG={env_kc}", f"WATCH_NAMESPACE={namespace}", f"KEDA_CLUSTER_OBJECT_NAMESPACE={namespace}",
+            str(keda), "--leader-elect=false", f"--metrics-bind-address=127.0.0.1:{harness.free_port()}",
+            f"--health-probe-bind-address=127.0.0.1:{health}",
+            f"--metrics-service-bind-address=127.0.0.1:{harness.free_port()}", f"--cert-dir={certs}",
+            "--enable-webhook-patching=false", "--zap-log-level=info"],
+            ready_url=f"http://127.0.0.1:{health}/healthz", timeout=90))
+
+        values = values_of("scale-to-zero-keda", gateway={"enabled": True, "parentRefs": [{"name": "inference-gateway"}]})
+        values["autoscaling"]["keda"].update({"serverAddress": f"http://127.0.0.1:{prom_port}", "pollingInterval": 1,
+                                              "cooldownPeriod": 5})
+        kube.kubectl("create", "secret", "generic", "hf-token", "-n", namespace, "--from-literal=token=e2e-not-a-token")
+        kube.helm("install", release, str(CHART), "-n", namespace, values=values)
+
+        def replicas():
+            return kube.json("get", "deployment", full, "-n", namespace)["spec"].get("replicas")
+
+        # Never active: KEDA takes the new Deployment (1 replica by default) to zero.
+        kube.wait("KEDA scaling the idle workload to 0", lambda: replicas() == 0, timeout=90, interval=1)
+        # Requests wait in the gateway: the queue rises above activationThreshold (0).
+        exporter.value = 3
+        kube.wait("KEDA scaling 0 -> 1 on the queue", lambda: replicas() == 1, timeout=90, interval=1)
+        so = kube.json("get", "scaledobject", full, "-n", namespace)
+        active = {c["type"]: c["status"] for c in so["status"]["conditions"]}
+        assert active.get("Active") == "True", so["status"]
+        pod = kube.wait("the woken replica scheduled", lambda: [
+            p for p in kube.pods(namespace, "app.kubernetes.io/component=inference") if p["spec"].get("nodeName")])[0]
+        assert pod["spec"]["containers"][0]["startupProbe"]["failureThreshold"] * \
+            pod["spec"]["containers"][0]["startupProbe"]["periodSeconds"] >= 600
+        # Queue drained: after the cooldown (5 s here) KEDA returns it to zero.
+        exporter.value = 0
+        kube.wait("KEDA scaling back to 0 after the cooldown", lambda: replicas() == 0, timeout=90, interval=1)
+    except AssertionError:
+        print(cluster.logs("keda-operator", 60))
+        raise
+    finally:
+        for p in reversed(procs):
+            cluster.terminate(p)
+        exporter.shutdown()
+        exporter.server_close()
