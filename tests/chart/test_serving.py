@@ -148,8 +148,12 @@ def test_scale_to_zero_keda(helm_name):
     assert act["query"] == ('sum(inference_extension_flow_control_queue_size{namespace="inference",'
                             f'inference_pool="{FULL}"}})')
     assert act["activationThreshold"] == "0" and act["threshold"] == "5"
-    # the picker holds requests during the cold start
+    # the picker holds requests during the cold start, and Prometheus scrapes its queue
     assert "- flowControl" in one(o, "ConfigMap", f"{FULL}-epp")["data"]["plugins.yaml"]
+    sm = one(o, "ServiceMonitor", f"{FULL}-epp")["spec"]
+    epp_svc = one(o, "Service", f"{FULL}-epp")
+    assert sm["selector"]["matchLabels"].items() <= epp_svc["metadata"]["labels"].items()
+    assert sm["endpoints"][0]["port"] in [p["name"] for p in epp_svc["spec"]["ports"]]
     # the startup probe lets the cold start take the whole load time
     sp = container(o)["startupProbe"]
     assert sp["failureThreshold"] * sp["periodSeconds"] >= 600
