@@ -241,3 +241,20 @@ def test_keda_scales_from_zero_when_the_queue_rises(kube, namespace, prometheus_
             cluster.terminate(p)
         exporter.shutdown()
         exporter.server_close()
+
+
+def test_api_server_refuses_hpa_at_zero_without_the_feature_gate(kube, namespace):
+    """Why the chart refuses engine=hpa with minReplicas 0 unless autoscaling.hpaScaleToZero:
+    this API server runs with HPAScaleToZero off (its default, alpha since 1.16), and refuses
+    the HPA the chart renders when the values claim the gate is on."""
+    from tests.chart.chartlib import render
+
+    objs = render(str(kube.helm_bin), values={"autoscaling": {
+        "minReplicas": 0, "hpaScaleToZero": True, "externalMetric": {"name": "gateway_queue", "target": "5"}}},
+        release="hz", namespace=namespace, kube_version="1.35.4")
+    hpa = next(o for o in objs if o["kind"] == "HorizontalPodAutoscaler")
+    res = kube.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(hpa), check=False)
+    assert res.returncode != 0 and "spec.minReplicas" in res.stderr, res.stderr
+    # the same HPA at minReplicas 1 is accepted: the refusal is about zero only
+    hpa["spec"]["minReplicas"] = 1
+    kube.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(hpa))
