@@ -362,3 +362,34 @@ def test_zero_replicas_allowed_by_schema_for_keda():
     proc = template(HELMS["helm"], values={"autoscaling": {"engine": "keda", "minReplicas": 0},
                                            "gateway": {"enabled": True}}, kube_version="1.35.0")
     assert proc.returncode == 0, proc.stderr
+
+
+# --- vLLM flags against the pinned release -----------------------------------------------------
+
+VLLM_FLAGS = {line.strip() for line in (Path(__file__).parent / "data" / "vllm-0.33.0-flags.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")}
+
+
+def vllm_flags_used(objects) -> tuple[set[str], set[str], set[str]]:
+    """(flags, load formats, VLLM_* env names) the rendered vLLM server container uses."""
+    c = container(objects)
+    flags = {a.split("=", 1)[0] for a in c["args"] if a.startswith("--")}
+    formats = {a.split("=", 1)[1] for a in c["args"] if a.startswith("--load-format=")}
+    envs = {e["name"] for e in c.get("env", []) if e["name"].startswith("VLLM_")}
+    return flags, formats, envs
+
+
+@pytest.mark.parametrize("example", NAMES)
+def test_every_vllm_flag_exists_in_the_pinned_release(example):
+    """Each flag, load format and VLLM_* variable the chart gives vLLM is one vLLM 0.33.0 defines
+    (tests/chart/data/vllm-0.33.0-flags.txt, extracted from the release's wheel)."""
+    flags, formats, envs = vllm_flags_used(objs("helm", example))
+    assert flags and flags <= VLLM_FLAGS, flags - VLLM_FLAGS
+    assert {f"load-format={f}" for f in formats} <= VLLM_FLAGS
+    assert {f"env:{e}" for e in envs} <= VLLM_FLAGS
+
+
+def test_flag_check_can_fail():
+    """Negative control: a misspelt flag (vLLM's old --lora-module) is not in the list."""
+    assert "--lora-modules" in VLLM_FLAGS and "--lora-module" not in VLLM_FLAGS
+    assert "--enable-loras" not in VLLM_FLAGS and "load-format=runai" not in VLLM_FLAGS
