@@ -258,3 +258,28 @@ def test_api_server_refuses_hpa_at_zero_without_the_feature_gate(kube, namespace
     # the same HPA at minReplicas 1 is accepted: the refusal is about zero only
     hpa["spec"]["minReplicas"] = 1
     kube.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(hpa))
+
+
+@pytest.mark.parametrize("example", ["model-image", "model-streamer"])
+def test_model_source_accepted_by_the_api_server(kube, namespace, example):
+    """The `image` volume source (on by default in 1.35) and the streamer's envFrom pass the
+    real API server's validation (server-side dry-run apply of the rendered Deployment)."""
+    from tests.chart.chartlib import render
+
+    objs = render(str(kube.helm_bin), EXAMPLES / f"{example}.yaml", release="src", namespace=namespace,
+                  kube_version="1.35.4")
+    dep = next(o for o in objs if o["kind"] == "Deployment")
+    kube.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(dep))
+    if example == "model-image":
+        # The field is kept (a disabled ImageVolume gate would drop it): the pod the
+        # ReplicaSet controller creates carries the image volume.
+        kube.helm("install", "src", str(CHART), "-n", namespace, "-f", str(EXAMPLES / f"{example}.yaml"))
+        pod = kube.wait("a pod of the image-volume Deployment", lambda: kube.pods(
+            namespace, "app.kubernetes.io/instance=src"))[0]
+        vol = next(v for v in pod["spec"]["volumes"] if v["name"] == "model")
+        assert vol["image"]["reference"] == "registry.example.com/models/qwen2.5-7b-instruct:v1"
+        # Negative control: the API server does validate the image volume (its pull policy).
+        bad = next(v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "model")
+        bad["image"]["pullPolicy"] = "Sometimes"
+        res = kube.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(dep), check=False)
+        assert res.returncode != 0 and "image.pullPolicy" in res.stderr, res.stderr
