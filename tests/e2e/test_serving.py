@@ -233,6 +233,8 @@ def test_keda_scales_from_zero_when_the_queue_rises(kube, namespace, prometheus_
         # Queue drained: after the cooldown (5 s here) KEDA returns it to zero.
         exporter.value = 0
         kube.wait("KEDA scaling back to 0 after the cooldown", lambda: replicas() == 0, timeout=90, interval=1)
+        # uninstall while KEDA runs: it removes its finalizer from the ScaledObject
+        kube.helm("uninstall", release, "-n", namespace, "--wait", "--timeout", "60s")
     except AssertionError:
         print(cluster.logs("keda-operator", 60))
         raise
