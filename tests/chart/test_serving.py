@@ -10,13 +10,14 @@ between the objects (selectors, names, ports, claims) is asserted.
 """
 from __future__ import annotations
 
+import subprocess
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
 from tests.chart.chartlib import HELMS, KUBE_MINORS, by_kind, crd_errors, crd_validators, k8s_errors, render, template
-from tests.conftest import ROOT
+from tests.conftest import CHART, ROOT
 
 EXAMPLES = ROOT / "examples" / "values"
 NAMES = sorted(p.stem for p in EXAMPLES.glob("*.yaml"))
@@ -58,6 +59,14 @@ def test_example_objects_are_valid(helm_name, example):
     custom = [o for o in objects if (o["apiVersion"], o["kind"]) in crd_validators()]
     errors = [e for o in custom for e in crd_errors(o)]
     assert not errors, "\n".join(errors)
+
+
+@pytest.mark.parametrize("helm_name", HELMS)
+@pytest.mark.parametrize("example", NAMES)
+def test_example_lints_strict(helm_name, example):
+    proc = subprocess.run([HELMS[helm_name], "lint", "--strict", str(CHART), "--values", str(EXAMPLES / f"{example}.yaml"),
+                           "--kube-version", "1.35.0"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_crd_validator_rejects_a_broken_inferencepool():
