@@ -54,6 +54,7 @@ class Options:
     lease_name: str = "gpu-inference-remediation"
     identity: str = ""
     lease_duration_s: float = 15.0
+    node_selector: str = ""
     evictions_per_minute: float = 30.0
     machine: Config = field(default_factory=Config)
     signals: SignalConfig = field(default_factory=SignalConfig)
@@ -259,7 +260,8 @@ class Controller:
 
     # reading
     def _nodes(self) -> list[dict]:
-        return json.loads(self.core.list_node(_preload_content=False).data)["items"]
+        kw = {"label_selector": self.opts.node_selector} if self.opts.node_selector else {}
+        return json.loads(self.core.list_node(_preload_content=False, **kw).data)["items"]
 
     def _view(self, node: dict) -> NodeView:
         v = NodeView.from_k8s(node, self.opts.signals.gpu_resource_prefix)
@@ -287,8 +289,8 @@ class Controller:
         pods_left = {}
         for v in views:
             if v.record.state is State.DRAINING:
-                go, _ = self.drainer.pods_to_drain(v.name)
-                pods_left[v.name] = len(go)
+                go, leaving, _ = self.drainer.pods_to_drain(v.name)
+                pods_left[v.name] = len(go) + len(leaving)
         now = time.time()
         result = step(views, faults, pods_left, now, self.opts.machine)
         for d in result.decisions:
@@ -328,7 +330,7 @@ class Controller:
             elif "remove-taint" in kinds:
                 drainlib.remove_taint(self.core, name, TAINT_KEY, OWNER, extra_annotations=after.annotations())
             elif "write-record" in kinds or after != d.before:
-                self._patch_node(node, {"metadata": {"annotations": after.annotations()}})
+                self._patch_node(node, {"metadata": {"annotations": after.annotations()}}, expect=d.before)
             if "add-label" in kinds:
                 self._patch_node(None, {"metadata": {"labels": {RESET_LABEL: "true"}}}, name)
             if "remove-label" in kinds:
@@ -345,12 +347,30 @@ class Controller:
             if a.kind == "event":
                 self.event("Node", name, "", node["metadata"].get("uid", ""), a.reason, a.message, a.warning)
 
-    def _patch_node(self, node: dict | None, body: dict, name: str | None = None) -> None:
-        if node is not None:
-            body = json.loads(json.dumps(body))
-            body["metadata"]["resourceVersion"] = node["metadata"]["resourceVersion"]
-            name = node["metadata"]["name"]
-        self.core.patch_node(name, body, _content_type="application/merge-patch+json")
+    def _patch_node(self, node: dict | None, body: dict, name: str | None = None,
+                    expect: Record | None = None) -> None:
+        """Merge-patch a node. With `expect`, the patch carries a freshly read
+        resourceVersion and is sent only while the node's record still equals `expect`
+        (a conflict from unrelated status updates is retried; a changed record is not)."""
+        from kubernetes.client.exceptions import ApiException
+
+        name = name or node["metadata"]["name"]
+        if expect is None:
+            self.core.patch_node(name, body, _content_type="application/merge-patch+json")
+            return
+        for attempt in range(3):
+            fresh = json.loads(self.core.read_node(name, _preload_content=False).data)
+            if Record.from_annotations(fresh["metadata"].get("annotations")) != expect:
+                log.info("%s: record changed since this sync read it; re-read next sync", name)
+                return
+            b = json.loads(json.dumps(body))
+            b["metadata"]["resourceVersion"] = fresh["metadata"]["resourceVersion"]
+            try:
+                self.core.patch_node(name, b, _content_type="application/merge-patch+json")
+                return
+            except ApiException as e:
+                if e.status != 409 or attempt == 2:
+                    raise
 
     def _condition(self, name: str, on: bool, message: str) -> None:
         """Set or remove our Node condition (strategic merge on the `type` key, so the
@@ -487,7 +507,7 @@ _KEYS: dict[str, tuple] = {
     "resetLabel": (bool,), "breakerMaxNodes": (int,), "breakerMaxPercent": ((int, float),),
     "maxNewQuarantinesPerSync": (int,), "ignoredTaints": (list,), "signals": (dict,),
     "criticalXids": (list,), "window": (str,), "nodeLabel": (str,), "conditions": (list,),
-    "gpuResourcePrefix": (str,),
+    "gpuResourcePrefix": (str,), "nodeSelector": (str,),
 }
 _SIGNAL_KEYS = {"xid": "xid", "dbe": "dbe", "rowRemap": "row-remap", "nvlink": "nvlink",
                 "allocatable": "allocatable", "conditions": "conditions", "exporterMissing": "exporter"}
@@ -582,7 +602,7 @@ def options_from_args(args) -> Options:
                    metrics_address=pick("metrics_address", "metricsAddress", "0.0.0.0:8080"),
                    lease_namespace=pick("lease_namespace", "leaseNamespace", "default"),
                    lease_name=pick("lease_name", "leaseName", "gpu-inference-remediation"),
-                   identity=args.identity or "",
+                   identity=args.identity or "", node_selector=cfg.get("nodeSelector", ""),
                    lease_duration_s=float(cfg.get("leaseDurationSeconds", max(15.0, 3 * float(pick("sync_period", "syncPeriodSeconds", 30.0))))),
                    evictions_per_minute=float(cfg.get("evictionsPerMinute", 30.0)), machine=mcfg, signals=scfg)
     checks = [(opts.sync_period_s > 0, "syncPeriodSeconds", "must be > 0"),

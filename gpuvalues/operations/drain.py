@@ -149,24 +149,28 @@ class Drainer:
         self.wall = wall
         self._ns_cache: dict[str, NamespacePolicy] = {}
 
-    def pods_to_drain(self, node: str) -> tuple[list[dict], list[tuple[str, str, str]]]:
-        """(pods that must leave, (namespace, name, why) of pods left alone)."""
+    def pods_to_drain(self, node: str) -> tuple[list[dict], list[dict], list[tuple[str, str, str]]]:
+        """(pods that must leave, pods already leaving (terminating: never evicted again,
+        but the node is not drained until they are gone), (namespace, name, why) of pods
+        left alone)."""
         resp = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}",
                                                      _preload_content=False)
         pods = json.loads(resp.data)["items"]
-        go, skipped = [], []
+        go, leaving, skipped = [], [], []
         for p in pods:
             meta = p["metadata"]
             why = skip_reason(p)
-            if why is None and self.gpu_only and not is_gpu_pod(p, self.prefixes):
-                why = "no GPU"
-            if why is None and self.policy(meta["namespace"]).mode == "Skip":
-                why = "namespace opted out"
-            if why:
+            if why not in (None, "terminating"):
                 skipped.append((meta["namespace"], meta["name"], why))
+            elif self.gpu_only and not is_gpu_pod(p, self.prefixes):
+                skipped.append((meta["namespace"], meta["name"], "no GPU"))
+            elif self.policy(meta["namespace"]).mode == "Skip":
+                skipped.append((meta["namespace"], meta["name"], "namespace opted out"))
+            elif why == "terminating":
+                leaving.append(p)
             else:
                 go.append(p)
-        return go, skipped
+        return go, leaving, skipped
 
     def policy(self, namespace: str) -> NamespacePolicy:
         if namespace not in self._ns_cache:
@@ -186,7 +190,7 @@ class Drainer:
              already: Iterable[str] = ()) -> DrainProgress:
         """Evict what may go now. `budget` caps evictions this step (a rate limit);
         `already` are pod UIDs evicted earlier in this drain (never evicted twice)."""
-        pods, skipped = self.pods_to_drain(node)
+        pods, leaving, skipped = self.pods_to_drain(node)
         already = set(already)
         remaining, results = [], []
         cap = self.max_per_step if budget is None else min(budget, self.max_per_step)
@@ -208,7 +212,9 @@ class Drainer:
             else:
                 self.backoff.failed(uid)
         gone = {(r.namespace, r.name) for r in results if r.outcome in ("gone",)}
-        return DrainProgress(tuple(x for x in remaining if (x[0], x[1]) not in gone), tuple(results), tuple(skipped))
+        remaining = [x for x in remaining if (x[0], x[1]) not in gone]
+        remaining += [(p["metadata"]["namespace"], p["metadata"]["name"], p["metadata"].get("uid", "")) for p in leaving]
+        return DrainProgress(tuple(remaining), tuple(results), tuple(skipped))
 
     def evict(self, namespace: str, name: str, uid: str) -> Eviction:
         """POST an Eviction (policy/v1) with a UID precondition."""
