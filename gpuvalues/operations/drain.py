@@ -130,7 +130,8 @@ class Backoff:
 
 
 class Drainer:
-    """Evicts a node's pods through the Eviction API, a step at a time.
+    """Evicts a node's pods through the Eviction API, a step at a time (at most one pod
+    of each workload per step).
 
     `core` is a `kubernetes.client.CoreV1Api`. Call `step(node_name, since)` once per sync:
     it lists the node's pods, evicts those whose backoff allows (at most `max_per_step`),
@@ -194,12 +195,20 @@ class Drainer:
         already = set(already)
         remaining, results = [], []
         cap = self.max_per_step if budget is None else min(budget, self.max_per_step)
+        touched: set[tuple[str, str]] = set()
         for p in pods:
             meta = p["metadata"]
             ns, name, uid = meta["namespace"], meta["name"], meta.get("uid", "")
             remaining.append((ns, name, uid))
             if uid in already or not self.backoff.ready(uid) or len(results) >= cap:
                 continue
+            # One pod per workload per step: the next one waits for a later step, when the
+            # PDB's status (recomputed by the disruption controller) has seen the first go.
+            owner = (ns, next((o.get("uid", "") for o in meta.get("ownerReferences") or [] if o.get("controller")),
+                              uid))
+            if owner in touched:
+                continue
+            touched.add(owner)
             pol = self.policy(ns)
             if pol.mode == "DeleteAfterTimeout" and pol.delete_after_s is not None \
                     and self.wall() - since >= pol.delete_after_s:
