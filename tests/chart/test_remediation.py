@@ -208,3 +208,18 @@ def test_drainability_check_can_fail(helm, vals, expect):
 def test_gpu_taint_toleration_is_not_the_remediation_taint():
     assert not tolerates({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                          TAINT_KEY, TAINT_EFFECT)
+
+
+def test_image_dockerfile_matches_the_chart(helm, rendered_on):
+    """Docker cannot run here, so the image is not built in the tests; this checks the
+    contract between operations/Dockerfile and the Deployment: the entrypoint is the
+    gpuvalues CLI (the chart passes `remediate ...` as args), the user is the chart's
+    non-root UID, the metrics port is the one exposed."""
+    text = (CHART.parent.parent / "operations" / "Dockerfile").read_text()
+    [dep] = by_kind(remediation_objs(rendered_on(helm)), "Deployment")
+    spec = dep["spec"]["template"]["spec"]
+    assert 'ENTRYPOINT ["gpuvalues"]' in text
+    assert spec["containers"][0]["args"][0] == "remediate"
+    assert f"USER {spec['securityContext']['runAsUser']}:" in text
+    assert f"EXPOSE {spec['containers'][0]['ports'][0]['containerPort']}" in text
+    assert "latest" not in text.split("FROM", 1)[1].splitlines()[0]
