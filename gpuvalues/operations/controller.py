@@ -29,7 +29,7 @@ from typing import Callable
 from gpuvalues.errors import GpuValuesError
 from gpuvalues.operations import drain as drainlib
 from gpuvalues.operations.remediation import (CONDITION_TYPE, HELD, RESET_LABEL, TAINT_EFFECT, TAINT_KEY, Config,
-                                              NodeView, Record, State, step)
+                                              NodeView, Record, State, Taint, step)
 from gpuvalues.operations.signals import PrometheusError, Prometheus, SignalConfig, faults_from_results, node_faults
 
 OWNER = "gpu-inference-remediation"
@@ -256,6 +256,7 @@ class Controller:
                                         dry_run=opts.dry_run, max_per_step=50)
         self.bucket = TokenBucket(opts.evictions_per_minute)
         self.shadow: dict[str, Record] = {}   # --dry-run: the records we would have written
+        self._said: dict[tuple[str, str], float] = {}  # (node, reason) -> when last reported
         self.stopping = threading.Event()
 
     # reading
@@ -266,9 +267,13 @@ class Controller:
     def _view(self, node: dict) -> NodeView:
         v = NodeView.from_k8s(node, self.opts.signals.gpu_resource_prefix)
         if self.opts.dry_run and v.name in self.shadow:
+            rec = self.shadow[v.name]
             ann = dict(v.annotations)
-            ann.update(self.shadow[v.name].annotations())
-            v = replace(v, annotations=tuple(sorted(ann.items())))
+            ann.update(rec.annotations())
+            taints = tuple(t for t in v.taints if t.key != TAINT_KEY)
+            if "taint" in rec.owned:   # the taint it would have added
+                taints += (Taint(TAINT_KEY, TAINT_EFFECT, "true"),)
+            v = replace(v, annotations=tuple(sorted(ann.items())), taints=taints)
         return v
 
     def sync(self) -> None:
@@ -313,7 +318,7 @@ class Controller:
         kinds = [a.kind for a in d.actions]
         after = d.after
         for a in d.actions:
-            if a.kind == "event":
+            if a.kind == "event" and (d.changed or (name, a.reason) not in self._said):
                 log.info("%s: %s %s%s", name, a.reason, a.message, " (dry run)" if self.opts.dry_run else "")
         if self.opts.dry_run:
             self.shadow[name] = after
@@ -344,8 +349,22 @@ class Controller:
             log.warning("%s: %s failed: %s %s", name, ",".join(kinds), e.status, e.reason)
             return
         for a in d.actions:
-            if a.kind == "event":
+            if a.kind == "event" and not self._repeated(name, a.reason, d.changed):
                 self.event("Node", name, "", node["metadata"].get("uid", ""), a.reason, a.message, a.warning)
+
+    # Reports that recur every sync while nothing changes (a warn-only signal, a node held
+    # by someone else, an open breaker) become one Event per REPEAT_S, not one per sync.
+    REPEAT_S = 600.0
+
+    def _repeated(self, node: str, reason: str, changed: bool) -> bool:
+        if changed:
+            return False
+        now = time.monotonic()
+        last = self._said.get((node, reason))
+        if last is not None and now - last < self.REPEAT_S:
+            return True
+        self._said[(node, reason)] = now
+        return False
 
     def _patch_node(self, node: dict | None, body: dict, name: str | None = None,
                     expect: Record | None = None) -> None:
@@ -528,7 +547,7 @@ def load_config(path: str) -> dict:
         raise RemediateError(str(getattr(e, "problem", e)), source=path,
                              line=mark.line + 1 if mark else None, column=mark.column + 1 if mark else None) from None
     marks = {}
-    if root is not None and hasattr(root, "value") and isinstance(root.value, list):
+    if isinstance(root, yaml.MappingNode):
         for k, v in root.value:
             if hasattr(k, "value"):
                 marks[k.value] = (k.start_mark.line + 1, k.start_mark.column + 1)
@@ -548,8 +567,8 @@ def load_config(path: str) -> dict:
         if k not in _SIGNAL_KEYS:
             raise bad(f"signals.{k}", f"unknown signal (known: {', '.join(_SIGNAL_KEYS)})")
         if k == "exporterMissing":
-            if v not in ("off", "warn", "act"):
-                raise bad(f"signals.{k}", "must be off, warn or act")
+            if v not in ("ignore", "warn", "act"):
+                raise bad(f"signals.{k}", "must be ignore, warn or act (a bare off would be YAML 1.1 false)")
         elif not isinstance(v, bool):
             raise bad(f"signals.{k}", "must be true or false")
     for k in ("criticalXids",):
@@ -579,7 +598,7 @@ def options_from_args(args) -> Options:
     sig = cfg.get("signals") or {}
     enabled = {name for key, name in _SIGNAL_KEYS.items() if key != "exporterMissing" and sig.get(key, True)}
     exporter = sig.get("exporterMissing", "warn")
-    if exporter != "off":
+    if exporter != "ignore":
         enabled.add("exporter")
     defaults_s, defaults_m = SignalConfig(), Config()
     scfg = SignalConfig(enabled=frozenset(enabled),

@@ -236,6 +236,9 @@ def test_xid_quarantines_drains_through_pdb_and_recovers_only_leader_acts(kube, 
         assert took <= 2 * SYNC + 1.0, f"quarantined {took:.1f}s after the Xid was in Prometheus (> 2 sync periods)"
         n = node(kube, bad)
         assert any(t["key"] == TAINT_KEY and t["effect"] == "NoSchedule" for t in n["spec"]["taints"])
+        assert any(c["type"] == CONDITION_TYPE and c["status"] == "True" for c in n["status"]["conditions"]), \
+            n["status"]["conditions"]
+        assert any(e["involvedObject"]["name"] == bad for e in controller_events(kube, "GpuNodeQuarantined"))
 
         # Drained through the PDB: both pods evicted, replacements Ready on the healthy nodes,
         # never fewer Ready than minAvailable (2 replicas - maxUnavailable 1).
@@ -374,3 +377,30 @@ def test_operator_cordon_is_never_undone(kube, namespace, pool, dcgm, tmp_path):
             assert node(kube, n)["spec"].get("unschedulable") is True, f"{n} was uncordoned"
     finally:
         rem.stop()
+
+
+def test_dry_run_changes_nothing(kube, namespace, pool, dcgm, tmp_path):
+    exporter, prom = dcgm
+    [x] = pool("rem-dry", [1])
+    with exporter.lock:
+        exporter.nodes.add(x)
+        exporter.xid[x] = 79
+    before = node(kube, x)
+    rem = Remediator(kube, namespace, tmp_path, prom, "rem-dry", dryRun=True)
+    try:
+        rem.start("d")
+        # It walks the machine in memory: the metrics show the node past quarantine...
+        kube.wait("the dry run reaching drained", lambda: rem.sample("d", 'gpu_remediation_nodes{state="drained"}') == 1,
+                  timeout=30)
+        assert "would add-taint" in rem.log("d")
+        # ...while the node is untouched: no taint, no annotation, no condition, no Event.
+        after = node(kube, x)
+        assert after["spec"].get("taints") == before["spec"].get("taints")
+        assert not any(k.startswith("remediation.gpu-inference.io/") for k in after["metadata"].get("annotations", {}))
+        assert not any(c["type"] == CONDITION_TYPE for c in after["status"].get("conditions", []))
+        assert not [e for e in kube.json("get", "events", "-A")["items"]
+                    if e["involvedObject"].get("name") == x and e.get("reportingComponent") == "gpu-inference-remediation"]
+    finally:
+        rem.stop()
+        with exporter.lock:
+            exporter.xid.pop(x, None)
