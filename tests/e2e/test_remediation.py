@@ -188,21 +188,55 @@ def install(kube, namespace, pool, replicas) -> tuple[str, str]:
 
 
 class ReadySampler(threading.Thread):
-    """Samples Ready (non-terminating) replicas until stopped; keeps the minimum."""
+    """Follows the namespace's pods through a watch (every change the API server makes,
+    no sampling gaps) and keeps the minimum number of Ready, non-terminating replicas."""
 
     def __init__(self, kube, namespace, sel):
         super().__init__(daemon=True)
-        self.kube, self.ns, self.sel = kube, namespace, sel
+        from kubernetes import config, watch
+
+        self.api = config.new_client_from_config(config_file=str(kube.cluster.kubeconfig))
+        self.watch = watch.Watch()
+        self.ns, self.sel = namespace, sel
         self.min = None
-        self.samples = 0
-        self.halt = threading.Event()
+        self.events = 0
+        self.ready: dict[str, bool] = {}
+        self.started = threading.Event()
+        self.stopping = False
+        self.error: BaseException | None = None
 
     def run(self):
-        while not self.halt.is_set():
-            n = len(ready_on(self.kube, self.ns, self.sel))
-            self.min = n if self.min is None else min(self.min, n)
-            self.samples += 1
-            time.sleep(0.2)
+        try:
+            self._follow()
+        except Exception as e:  # noqa: BLE001 - closing the stream on stop() raises here
+            if not self.stopping:
+                self.error = e
+
+    def _follow(self):
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api)
+        lst = core.list_namespaced_pod(self.ns, label_selector=self.sel)
+        for p in lst.items:
+            self.ready[p.metadata.uid] = _ready(p)
+        self.min = sum(self.ready.values())
+        self.started.set()
+        for ev in self.watch.stream(core.list_namespaced_pod, self.ns, label_selector=self.sel,
+                                    resource_version=lst.metadata.resource_version, timeout_seconds=300):
+            p = ev["object"]
+            self.ready[p.metadata.uid] = ev["type"] != "DELETED" and _ready(p)
+            self.events += 1
+            self.min = min(self.min, sum(self.ready.values()))
+
+    def stop(self):
+        self.stopping = True
+        self.watch.stop()
+        self.join(10)
+
+
+def _ready(p) -> bool:
+    return (p.metadata.deletion_timestamp is None and p.status.phase == "Running"
+            and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []))
 
 
 def test_xid_quarantines_drains_through_pdb_and_recovers_only_leader_acts(kube, namespace, pool, dcgm, tmp_path):
@@ -227,6 +261,7 @@ def test_xid_quarantines_drains_through_pdb_and_recovers_only_leader_acts(kube, 
 
         sampler = ReadySampler(kube, namespace, sel)
         sampler.start()
+        assert sampler.started.wait(10) and sampler.min == 2
         with exporter.lock:
             exporter.xid[bad] = 79
         kube.wait("Prometheus has the Xid", lambda: prom_has_xid(prom, bad), timeout=20, interval=0.2)
@@ -245,9 +280,9 @@ def test_xid_quarantines_drains_through_pdb_and_recovers_only_leader_acts(kube, 
         kube.wait("replacements Ready on the healthy nodes",
                   lambda: ready_on(kube, namespace, sel) == sorted([good1, good2]), timeout=60)
         kube.wait("state drained", lambda: state(node(kube, bad)) == "drained", timeout=30)
-        sampler.halt.set()
-        sampler.join()
-        assert sampler.samples > 10 and sampler.min >= 1, f"Ready replicas fell to {sampler.min}"
+        sampler.stop()
+        assert sampler.error is None, sampler.error
+        assert sampler.events >= 6 and sampler.min >= 1, f"Ready replicas fell to {sampler.min} ({sampler.events} events)"
         evicted = controller_events(kube, "GpuRemediationEvicted", namespace)
         assert sorted(e["involvedObject"]["uid"] for e in evicted) == sorted(before), "each pod evicted exactly once"
         t_ev = sorted(e["lastTimestamp"] for e in evicted)
@@ -276,6 +311,17 @@ def test_xid_quarantines_drains_through_pdb_and_recovers_only_leader_acts(kube, 
         # pods may return: scale up, a new replica lands on the recovered node
         kube.kubectl("scale", "deployment", "-n", namespace, "-l", sel, "--replicas=4")
         kube.wait("a replica back on the recovered node", lambda: bad in ready_on(kube, namespace, sel), timeout=60)
+
+        # Negative control: the watch-based sampler does see a drop (all pods deleted at
+        # once, the pool cordoned so that no replacement becomes Ready).
+        control = ReadySampler(kube, namespace, sel)
+        control.start()
+        assert control.started.wait(10) and control.min == 4
+        kube.kubectl("cordon", bad, good1, good2)
+        kube.kubectl("delete", "pods", "-n", namespace, "-l", sel, "--wait=false")
+        kube.wait("no Ready replica", lambda: not ready_on(kube, namespace, sel), timeout=30)
+        control.stop()
+        assert control.min == 0, control.min
     finally:
         rem.stop()
 
@@ -288,6 +334,8 @@ def test_breaker_trips_at_its_limit(kube, namespace, pool, dcgm, tmp_path):
     rem = Remediator(kube, namespace, tmp_path, prom, "rem-brk", breakerMaxPercent=40)   # 40% of 5 = 2
     try:
         rem.start("a")
+        kube.wait("a leads", lambda: lease_holder(kube, namespace) == "a", timeout=20)
+        rem.start("b")
         failing = nodes[:3]
         with exporter.lock:
             for n in failing:
@@ -301,6 +349,15 @@ def test_breaker_trips_at_its_limit(kube, namespace, pool, dcgm, tmp_path):
         assert rem.sample("a", "gpu_remediation_breaker_trips_total") >= 1
         assert rem.sample("a", "gpu_remediation_breaker_open") == 1
         assert any(e["involvedObject"]["name"] == held_back for e in controller_events(kube, "CircuitBreakerOpen"))
+        # Failover: the leader dies; the standby takes the Lease after its duration and
+        # resumes from the annotations: the same 2 held, the breaker still closed to the third.
+        rem.kill("a", signal.SIGKILL)
+        kube.wait("b leads", lambda: lease_holder(kube, namespace) == "b", timeout=4 * 3 * SYNC)
+        kube.wait("b counts the 2 held nodes", lambda: rem.sample("b", "gpu_remediation_breaker_open") == 1, timeout=20)
+        time.sleep(2 * SYNC)
+        assert sorted(n for n in nodes if our_taint(node(kube, n))) == sorted(tainted)
+        assert state(node(kube, held_back)) == "suspect"
+        assert rem.sample("b", "gpu_remediation_breaker_trips_total") >= 1
     finally:
         rem.stop()
         with exporter.lock:
@@ -324,6 +381,9 @@ def test_killed_mid_drain_resumes_without_second_eviction(kube, namespace, pool,
                      "-p", json.dumps({"metadata": {"finalizers": ["e2e.gpu-inference/hold"]}}))
     kube.kubectl("uncordon", good1)      # room for one replacement only: the drain stalls
     rem = Remediator(kube, namespace, tmp_path, prom, "rem-kill")
+    sampler = ReadySampler(kube, namespace, sel)
+    sampler.start()
+    assert sampler.started.wait(10) and sampler.min == 3
     try:
         rem.start("k")
         with exporter.lock:
@@ -342,7 +402,15 @@ def test_killed_mid_drain_resumes_without_second_eviction(kube, namespace, pool,
         kube.wait("state drained", lambda: state(node(kube, bad)) == "drained", timeout=60)
         uids = [e["involvedObject"]["uid"] for e in controller_events(kube, "GpuRemediationEvicted", namespace)]
         assert len(uids) == 3 and len(set(uids)) == 3, uids
+        kube.wait("2 Ready replacements (the pool has room for 2)",
+                  lambda: ready_on(kube, namespace, sel) == sorted([good1, good2]), timeout=30)
+        sampler.stop()
+        assert sampler.error is None, sampler.error
+        # the PDB (3 replicas, maxUnavailable 1) held: never fewer than 2 Ready
+        assert sampler.min == 2, sampler.min
+        assert rem.sample("k", 'gpu_remediation_evictions_total{outcome="blocked"}') >= 1, "the PDB never pushed back"
     finally:
+        sampler.stop()
         rem.stop()
         with exporter.lock:
             exporter.xid.pop(bad, None)
