@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Build the upstream oracle programs from pinned Go modules into
+# .cache/oracle/<component>-<version>/bin/. Same conventions as ci/e2e/build.sh:
+# idempotent (a component whose binary exists is skipped), built in a temp dir and moved
+# into place only on success, <dir>/build-seconds, GOTOOLCHAIN=local, `-p 2 -trimpath`.
+#
+#   bash ci/oracle/build.sh               # all components
+#   bash ci/oracle/build.sh deviceplugin  # some of them (deviceplugin, migparted, adapter, keda)
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+HERE="$ROOT/ci/oracle"
+# shellcheck source=versions.env
+. "$HERE/versions.env"
+CACHE=${ORACLE_CACHE:-$ROOT/.cache/oracle}
+GO=${GO:-go}
+PARALLEL=${ORACLE_BUILD_PARALLEL:-2}
+export GOFLAGS="${GOFLAGS:--buildvcs=false}" GOTOOLCHAIN=local
+BUILD_FLAGS=(-p "$PARALLEL" -trimpath -ldflags "-s -w")
+
+die() { echo "oracle build: $*" >&2; exit 1; }
+command -v "$GO" >/dev/null || die "Go not found (need Go >= 1.25 on PATH or GO=/path/to/go)"
+mkdir -p "$CACHE"
+rm -rf "$CACHE"/.tmp-*
+
+# run_build <name> <version> <function>: as ci/e2e/build.sh run_build.
+run_build() {
+  local name=$1 version=$2 fn=$3 dir="$CACHE/$1-$2"
+  if [ -x "$dir/bin/$name" ]; then
+    echo "oracle build: $name $version cached at $dir"
+    return 0
+  fi
+  echo "oracle build: building $name $version ..."
+  local tmp start end
+  tmp=$(mktemp -d "$CACHE/.tmp-$name-XXXXXX")
+  start=$(date +%s)
+  ( "$fn" "$version" "$tmp" ) >"$tmp/build.log" 2>&1 &
+  if ! wait $! || [ ! -x "$tmp/bin/$name" ]; then
+    tail -n 40 "$tmp/build.log" >&2
+    die "$name $version failed to build (full log: $tmp/build.log)"
+  fi
+  end=$(date +%s)
+  echo $((end - start)) >"$tmp/build-seconds"
+  chmod 755 "$tmp"
+  rm -rf "$dir"
+  mv "$tmp" "$dir"
+  echo "oracle build: $name $version built in $((end - start)) s -> $dir/bin/$name"
+}
+
+moddir() {  # moddir <module>@<version>: the module's source dir in Go's module cache
+  "$GO" mod download -json "$1" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'
+}
+
+# Device plugin + GFD (ci/oracle/deviceplugin): a nested module under the plugin's
+# import path, so it may import internal/lm, internal/rm, internal/resource.
+build_deviceplugin() {
+  local v=$1 out=$2 src="$2/src" nvml
+  mkdir -p "$src" "$out/bin"
+  cp "$HERE"/deviceplugin/*.go "$src/"
+  sed -e "s/@DEVICE_PLUGIN_VERSION@/$v/" -e "s/@GO_NVML_VERSION@/$GO_NVML_VERSION/" \
+    "$HERE/deviceplugin/go.mod.in" >"$src/go.mod"
+  # node-feature-discovery v0.15.7 (the plugin's requirement; only its API types are
+  # compiled in, for GFD's NodeFeature output, unused here) is refused by the proxy;
+  # v0.15.4 is the newest 0.15.x it serves.
+  echo "replace sigs.k8s.io/node-feature-discovery => sigs.k8s.io/node-feature-discovery $NFD_VERSION" >>"$src/go.mod"
+  # NVIDIA's mock GPU tables and mock server (go-nvml pkg/nvml/mock/{gpus,server} of
+  # GO_NVML_MOCK_VERSION), compiled against the plugin's own go-nvml: that newer go-nvml
+  # as a whole breaks the plugin's go-nvlib (DEVICE_ARCH_T23X removed).
+  nvml=$(moddir "github.com/NVIDIA/go-nvml@$GO_NVML_MOCK_VERSION")
+  [ -d "$nvml/pkg/nvml/mock/gpus" ] || die "go-nvml $GO_NVML_MOCK_VERSION has no pkg/nvml/mock/gpus"
+  local pkg
+  for pkg in gpus server; do
+    mkdir -p "$src/nvmlmock/$pkg"
+    find "$nvml/pkg/nvml/mock/$pkg" -maxdepth 1 -name '*.go' ! -name '*_test.go' -exec cp {} "$src/nvmlmock/$pkg/" \;
+  done
+  chmod -R u+w "$src"
+  sed -i 's#"github.com/NVIDIA/go-nvml/pkg/nvml/mock/\(gpus\|server\)"#"github.com/NVIDIA/k8s-device-plugin/oracle/gpuinference/nvmlmock/\1"#' \
+    "$src"/*.go "$src"/nvmlmock/*/*.go
+  cat "$src/go.mod"
+  # go-nvml is cgo (its bindings dlopen libnvidia-ml at run time, never called here).
+  (cd "$src" && "$GO" mod tidy && CGO_ENABLED=1 "$GO" build "${BUILD_FLAGS[@]}" -o "$out/bin/deviceplugin" .)
+  cp "$HERE/run-deviceplugin.sh" "$out/bin/"
+}
+
+components=("$@")
+[ ${#components[@]} -gt 0 ] || components=(deviceplugin)
+total_start=$(date +%s)
+for c in "${components[@]}"; do
+  case $c in
+    deviceplugin) run_build deviceplugin "$DEVICE_PLUGIN_VERSION" build_deviceplugin ;;
+    *) die "unknown component '$c' (deviceplugin)" ;;
+  esac
+done
+echo "oracle build: done in $(( $(date +%s) - total_start )) s (cache: $CACHE)"
