@@ -114,6 +114,7 @@ func newServer(hw Hardware) (*server.Server, error) {
 				return nil, fmt.Errorf("hardware: gpu %d (%s) is not MIG capable", i, cfg.Name)
 			}
 			md.GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_NOT_SUPPORTED }
+			md.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
 			continue
 		}
 		if enabled {
@@ -134,9 +135,11 @@ func addMigDevices(lib device.Interface, gpu *server.Device, names []string) err
 	if err != nil {
 		return err
 	}
-	profiles := map[string]device.MigProfile{}
+	// Several (GI, CI, engine) profile id triples can print the same name (e.g. a CI
+	// profile revision); the mock's tables hold one of them: take the first it has.
+	profiles := map[string][]device.MigProfile{}
 	if err := dev.VisitMigProfiles(func(p device.MigProfile) error {
-		profiles[p.String()] = p
+		profiles[p.String()] = append(profiles[p.String()], p)
 		return nil
 	}); err != nil {
 		return err
@@ -144,7 +147,7 @@ func addMigDevices(lib device.Interface, gpu *server.Device, names []string) err
 	var handles []nvml.Device
 	gis := map[uint32]nvml.GpuInstance{}
 	for _, name := range names {
-		p, ok := profiles[name]
+		candidates, ok := profiles[name]
 		if !ok {
 			known := make([]string, 0, len(profiles))
 			for k := range profiles {
@@ -152,18 +155,28 @@ func addMigDevices(lib device.Interface, gpu *server.Device, names []string) err
 			}
 			return fmt.Errorf("unknown MIG profile %q (this GPU has %s)", name, strings.Join(known, ", "))
 		}
-		info := p.GetInfo()
-		giInfo, ret := gpu.GetGpuInstanceProfileInfo(info.GIProfileID)
-		if ret != nvml.SUCCESS {
-			return fmt.Errorf("GPU instance profile %d: %v", info.GIProfileID, ret)
+		var giInfo nvml.GpuInstanceProfileInfo
+		var ciInfo nvml.ComputeInstanceProfileInfo
+		var gi nvml.GpuInstance
+		found := false
+		for _, p := range candidates {
+			info := p.GetInfo()
+			var ret nvml.Return
+			if giInfo, ret = gpu.GetGpuInstanceProfileInfo(info.GIProfileID); ret != nvml.SUCCESS {
+				continue
+			}
+			if gi, ret = gpu.CreateGpuInstance(&giInfo); ret != nvml.SUCCESS {
+				return fmt.Errorf("create GPU instance %s: %v", name, ret)
+			}
+			if ciInfo, ret = gi.GetComputeInstanceProfileInfo(info.CIProfileID, info.CIEngProfileID); ret != nvml.SUCCESS {
+				_ = gi.Destroy()
+				continue
+			}
+			found = true
+			break
 		}
-		gi, ret := gpu.CreateGpuInstance(&giInfo)
-		if ret != nvml.SUCCESS {
-			return fmt.Errorf("create GPU instance %s: %v", name, ret)
-		}
-		ciInfo, ret := gi.GetComputeInstanceProfileInfo(info.CIProfileID, info.CIEngProfileID)
-		if ret != nvml.SUCCESS {
-			return fmt.Errorf("compute instance profile %d: %v", info.CIProfileID, ret)
+		if !found {
+			return fmt.Errorf("MIG profile %q: no GPU/compute instance profile of the mock table matches", name)
 		}
 		ci, ret := gi.CreateComputeInstance(&ciInfo)
 		if ret != nvml.SUCCESS {
