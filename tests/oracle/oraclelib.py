@@ -139,10 +139,13 @@ def artifacts(example: str) -> dict:
 
 
 @lru_cache(maxsize=None)
-def plan(example: str) -> dict:
-    """`gpuvalues plan EXAMPLE --output json` (without the baselines)."""
+def plan(example: str) -> dict | None:
+    """`gpuvalues plan EXAMPLE --output json` (without the baselines); None when the
+    spec has nothing to plan (the CLI's one-line refusal, exit 2)."""
     proc = subprocess.run([str(GPUVALUES), "-q", "plan", str(EXAMPLES / example), "--output", "json",
                            "--no-baselines"], capture_output=True, text=True)
+    if proc.returncode == 2 and "no models to plan for" in proc.stderr:
+        return None
     assert proc.returncode == 0, f"{example}: {proc.stderr}"
     return json.loads(proc.stdout)
 

@@ -75,11 +75,18 @@ def test_chart_scenario_config_accepted_by_device_plugin(scenario, name):
 
 # --- the examples: gpuvalues values --artifacts / plan, pool by pool ----------------------
 
-def _platform_values(values_dir: Path) -> Path:
-    for f in sorted(values_dir.glob("*.values.yaml")):
+def _values_files(out: Path, spec: dict) -> dict[str, Path]:
+    """Workload -> values file (`values -o` writes one file for a one-workload spec)."""
+    if out.is_file():
+        return {spec["workloads"][0]["name"]: out}
+    return {f.name[: -len(".values.yaml")]: f for f in sorted(out.glob("*.values.yaml"))}
+
+
+def _platform_values(files: dict[str, Path]) -> Path:
+    for f in files.values():
         if ((yaml.safe_load(f.read_text()).get("platform") or {}).get("devicePlugin") or {}).get("enabled"):
             return f
-    raise AssertionError(f"no values file in {values_dir} enables the device plugin")
+    raise AssertionError(f"no values file of {sorted(files)} enables the device plugin")
 
 
 def _render(values_file: Path) -> list:
@@ -100,11 +107,12 @@ def _example_pools(example: str):
                                "--artifacts", str(art)], capture_output=True, text=True)
         assert proc.returncode == 0, f"{example}: {proc.stderr}"
         arts = {p.name: yaml.safe_load(p.read_text()) for p in art.glob("*.yaml")}
-        platform = _render(_platform_values(vals))
+        files = _values_files(vals, spec)
+        platform = _render(_platform_values(files))
         env_args = ol.container_env_args(platform, "-device-plugin", "nvidia-device-plugin")
         gfd = ol.container_env_args(platform, "-gpu-feature-discovery", "gpu-feature-discovery")
         workloads = {}
-        for f in sorted(vals.glob("*.values.yaml")):
+        for wname, f in files.items():
             v = yaml.safe_load(f.read_text())
             objs = _render(f)
             limits = {}
@@ -113,7 +121,7 @@ def _example_pools(example: str):
                     for c in o["spec"]["template"]["spec"]["containers"]:
                         limits.update({k: v2 for k, v2 in ((c.get("resources") or {}).get("limits") or {}).items()
                                        if k.startswith("nvidia.com/")})
-            workloads[f.name[: -len(".values.yaml")]] = (limits, v.get("gpuProducts") or [])
+            workloads[wname] = (limits, v.get("gpuProducts") or [])
     dp_configs = arts.get("device-plugin-configs.yaml") or {}
     labels = arts.get("node-labels.yaml") or {}
     pools = []
@@ -134,9 +142,13 @@ def _example_pools(example: str):
     return pools
 
 
-def _example_cases():
+def _examples():
+    return sorted(p.name for p in ol.EXAMPLES.glob("*.yaml"))
+
+
+def _product_cases():
     cases = []
-    for ex in sorted(p.name for p in ol.EXAMPLES.glob("*.yaml")):
+    for ex in _examples():
         marks = []
         if ex == "rtx4090-time-slicing.yaml":
             marks = [pytest.mark.xfail(strict=True, reason=(
@@ -147,18 +159,33 @@ def _example_cases():
     return cases
 
 
-@pytest.mark.parametrize("example", _example_cases())
-def test_example_fleet_as_the_device_plugin_and_gfd_see_it(example):
+def _oracle_pools(example: str):
     for pool, cfg_name, text, hw, workloads, (env, args), gfd in _example_pools(example):
         v = ol.device_plugin(text, hw, plugin_env=env, plugin_args=args,
                              gfd_env=gfd[0] if gfd else None, gfd_args=gfd[1] if gfd else None)
         where = f"example {example}, pool {pool}, device-plugin config {cfg_name!r}"
         assert v.ok, f"{where}: {v.component} rejects it: {v.error}"
-        product = v.labels.get("nvidia.com/gpu.product")
-        for name, limits, products in workloads:
+        yield where, v, workloads
+
+
+@pytest.mark.parametrize("example", _examples())
+def test_example_pools_advertise_what_workloads_request(example):
+    """`values --artifacts`: each pool's config on its MIG layout is accepted and the
+    plugin advertises every GPU resource the pool's workloads request."""
+    for where, v, workloads in _oracle_pools(example):
+        for name, limits, _ in workloads:
             for res in limits:
                 assert res in v.resources, (
                     f"{where}: workload {name} requests {res}; the device plugin advertises {v.resources}")
+
+
+@pytest.mark.parametrize("example", _product_cases())
+def test_example_gpu_product_affinity_matches_gfd(example):
+    """Each workload's gpuProducts (its node affinity) holds the product label GFD puts
+    on its pool's nodes."""
+    for where, v, workloads in _oracle_pools(example):
+        product = v.labels.get("nvidia.com/gpu.product")
+        for name, _, products in workloads:
             if products:
                 assert product in products, (
                     f"{where}: workload {name} needs nvidia.com/gpu.product in {products}; "
@@ -168,8 +195,14 @@ def test_example_fleet_as_the_device_plugin_and_gfd_see_it(example):
 def test_plan_device_plugin_configs_accepted():
     """Every `gpuvalues plan` device-plugin config of every example, on its pool's MIG layout."""
     checked = 0
-    for ex in sorted(p.name for p in ol.EXAMPLES.glob("*.yaml")):
+    # plan is for MIG and shared pools (the MIG/sharing planner); whole-GPU examples are
+    # sized by values, and plan may refuse them (no model to plan, or a smaller pool).
+    planned = [ex for ex in _examples()
+               if ol.spec(ex).get("sharing") or any(p.get("mig") for p in ol.spec(ex)["cluster"]["nodePools"])]
+    assert planned, "no example has a MIG or shared pool"
+    for ex in planned:
         out = ol.plan(ex)
+        assert out is not None, f"gpuvalues plan {ex}: nothing to plan"
         spec = ol.spec(ex)
         for name, cfg in (out.get("device_plugin_configs") or {}).items():
             pool = next((p for p in spec["cluster"]["nodePools"] if p["name"] == name),
