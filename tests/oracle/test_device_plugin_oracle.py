@@ -198,7 +198,7 @@ def test_plan_device_plugin_configs_accepted():
     # plan is for MIG and shared pools (the MIG/sharing planner); whole-GPU examples are
     # sized by values, and plan may refuse them (no model to plan, or a smaller pool).
     planned = [ex for ex in _examples()
-               if ol.spec(ex).get("sharing") or any(p.get("mig") for p in ol.spec(ex)["cluster"]["nodePools"])]
+               if ol.spec(ex).get("sharing", "whole") != "whole" or any(p.get("mig") for p in ol.spec(ex)["cluster"]["nodePools"])]
     assert planned, "no example has a MIG or shared pool"
     for ex in planned:
         out = ol.plan(ex)
