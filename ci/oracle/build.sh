@@ -81,13 +81,33 @@ build_deviceplugin() {
   cp "$HERE/run-deviceplugin.sh" "$out/bin/"
 }
 
+# wrapper_build <out-binary> <module> <version> <package> <go version>: as in
+# ci/e2e/build.sh, <package> of <module>@<version> from a throw-away main module.
+wrapper_build() {
+  local bin=$1 mod=$2 v=$3 pkg=$4 go=$5 src
+  src="$(dirname "$(dirname "$bin")")/src"
+  mkdir -p "$src" "$(dirname "$bin")"
+  printf 'module gpu-inference.local/oracle/%s\n\ngo %s\n\nrequire %s %s\n' "$(basename "$bin")" "$go" "$mod" "$v" >"$src/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$pkg" >"$src/tools.go"
+  (cd "$src" && "$GO" mod tidy && CGO_ENABLED=${CGO:-0} "$GO" build "${BUILD_FLAGS[@]}" -o "$bin" "$pkg")
+}
+
+# nvidia-mig-parted, the real CLI (`assert --valid-config` parses and selects without
+# NVML; the binary is cgo because go-nvml is).
+build_migparted() {
+  CGO=1 wrapper_build "$2/bin/migparted" github.com/NVIDIA/mig-parted "$1" \
+    github.com/NVIDIA/mig-parted/cmd/nvidia-mig-parted 1.24.0
+  "$2/bin/migparted" --version
+}
+
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(deviceplugin)
+[ ${#components[@]} -gt 0 ] || components=(deviceplugin migparted)
 total_start=$(date +%s)
 for c in "${components[@]}"; do
   case $c in
     deviceplugin) run_build deviceplugin "$DEVICE_PLUGIN_VERSION" build_deviceplugin ;;
-    *) die "unknown component '$c' (deviceplugin)" ;;
+    migparted) run_build migparted "$MIG_PARTED_VERSION" build_migparted ;;
+    *) die "unknown component '$c' (deviceplugin, migparted)" ;;
   esac
 done
 echo "oracle build: done in $(( $(date +%s) - total_start )) s (cache: $CACHE)"

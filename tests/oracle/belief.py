@@ -27,3 +27,25 @@ def spec_nodes(spec: dict) -> list[dict]:
     return [{"name": n.name, "labels": dict(n.labels),
              "allocatable": {k: int(v) for k, v in n.allocatable.items() if k.startswith("nvidia.com/")}}
             for n in inv.nodes]
+
+
+def validate_device_plugin_config(cfg) -> dict:
+    """The project's device-plugin config validator: {"ok", "error"}.
+    Wraps gpuvalues.sharing.validate_device_plugin_config."""
+    from gpuvalues import sharing
+    try:
+        sharing.validate_device_plugin_config(cfg)
+    except Exception as exc:  # the project's one-line error types
+        return {"ok": False, "error": str(exc)}
+    return {"ok": True, "error": ""}
+
+
+def validate_mig_parted_config(cfg) -> dict:
+    """The project's mig-parted config validator: {"ok", "error"}.
+    Wraps gpuvalues.migparted.validate_mig_parted_config."""
+    from gpuvalues import migparted
+    try:
+        migparted.validate_mig_parted_config(cfg)
+    except Exception as exc:
+        return {"ok": False, "error": str(exc)}
+    return {"ok": True, "error": ""}

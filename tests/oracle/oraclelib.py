@@ -197,3 +197,26 @@ def mig_layout(mig_parted_config: dict, config_name: str, count: int) -> dict | 
         for d in devices:
             out[str(d)] = [p for p, n in sorted((e.get("mig-devices") or {}).items()) for _ in range(n)]
     return out or None
+
+
+# --- mig-parted ----------------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def migparted_bin() -> Path:
+    """The real nvidia-mig-parted CLI at MIG_PARTED_VERSION (built by ci/oracle/build.sh)."""
+    proc = subprocess.run(["bash", str(ORACLE_DIR / "build.sh"), "migparted"], capture_output=True, text=True)
+    assert proc.returncode == 0, f"ci/oracle/build.sh migparted failed:\n{proc.stderr[-4000:]}"
+    return CACHE / f"migparted-{versions()['MIG_PARTED_VERSION']}" / "bin" / "migparted"
+
+
+def migparted_assert_valid(config_text: str, selected: str) -> tuple[bool, str]:
+    """`nvidia-mig-parted assert --valid-config -f FILE -c SELECTED`: (ok, upstream's message)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(config_text)
+        proc = subprocess.run([str(migparted_bin()), "assert", "--valid-config", "-f", str(path),
+                               "-c", selected], capture_output=True, text=True, timeout=30)
+    msg = (proc.stdout + proc.stderr).strip()
+    if 'msg="' in msg:     # logrus: level=fatal msg="..."
+        msg = msg.split('msg="', 1)[1].rsplit('"', 1)[0]
+    return proc.returncode == 0, msg
