@@ -5,7 +5,7 @@
 # into place only on success, <dir>/build-seconds, GOTOOLCHAIN=local, `-p 2 -trimpath`.
 #
 #   bash ci/oracle/build.sh               # all components
-#   bash ci/oracle/build.sh deviceplugin  # some of them (deviceplugin, migparted, adapter, keda)
+#   bash ci/oracle/build.sh deviceplugin  # some of them (deviceplugin, migparted, adapter)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HERE="$ROOT/ci/oracle"
@@ -100,14 +100,24 @@ build_migparted() {
   "$2/bin/migparted" --version
 }
 
+# prometheus-adapter's discovery (ci/oracle/adapter): a wrapper module at the e2e pin.
+build_adapter() {
+  local v=$1 out=$2 src="$2/src"
+  mkdir -p "$src" "$out/bin"
+  cp "$HERE/adapter/main.go" "$src/"
+  printf 'module gpu-inference.local/oracle/adapter\n\ngo 1.22.1\n\nrequire sigs.k8s.io/prometheus-adapter %s\n' "$v" >"$src/go.mod"
+  (cd "$src" && "$GO" mod tidy && CGO_ENABLED=0 "$GO" build "${BUILD_FLAGS[@]}" -o "$out/bin/adapter" .)
+}
+
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(deviceplugin migparted)
+[ ${#components[@]} -gt 0 ] || components=(deviceplugin migparted adapter)
 total_start=$(date +%s)
 for c in "${components[@]}"; do
   case $c in
     deviceplugin) run_build deviceplugin "$DEVICE_PLUGIN_VERSION" build_deviceplugin ;;
     migparted) run_build migparted "$MIG_PARTED_VERSION" build_migparted ;;
-    *) die "unknown component '$c' (deviceplugin, migparted)" ;;
+    adapter) run_build adapter "$ADAPTER_VERSION" build_adapter ;;
+    *) die "unknown component '$c' (deviceplugin, migparted, adapter)" ;;
   esac
 done
 echo "oracle build: done in $(( $(date +%s) - total_start )) s (cache: $CACHE)"

@@ -220,3 +220,29 @@ def migparted_assert_valid(config_text: str, selected: str) -> tuple[bool, str]:
     if 'msg="' in msg:     # logrus: level=fatal msg="..."
         msg = msg.split('msg="', 1)[1].rsplit('"', 1)[0]
     return proc.returncode == 0, msg
+
+
+# --- prometheus-adapter ----------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def adapter_bin() -> Path:
+    """prometheus-adapter's discovery at ADAPTER_VERSION (ci/oracle/adapter)."""
+    proc = subprocess.run(["bash", str(ORACLE_DIR / "build.sh"), "adapter"], capture_output=True, text=True)
+    assert proc.returncode == 0, f"ci/oracle/build.sh adapter failed:\n{proc.stderr[-4000:]}"
+    return CACHE / f"adapter-{versions()['ADAPTER_VERSION']}" / "bin" / "adapter"
+
+
+def adapter_served(config_text: str, prometheus_url: str) -> dict:
+    """The metrics prometheus-adapter serves for this config over this Prometheus:
+    {"custom": [{"metric", "resource", "namespaced"}], "external": [...]} or {"error": ...}."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(config_text)
+        proc = subprocess.run([str(adapter_bin()), "--config", str(path), "--prometheus-url", prometheus_url],
+                              capture_output=True, text=True, timeout=60)
+    try:
+        out = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(f"adapter oracle printed no JSON (rc {proc.returncode}): {proc.stderr[-2000:]}")
+    assert (proc.returncode == 0) == ("error" not in out), out
+    return out
