@@ -5,12 +5,14 @@
 # into place only on success, <dir>/build-seconds, GOTOOLCHAIN=local, `-p 2 -trimpath`.
 #
 #   bash ci/oracle/build.sh               # all components
-#   bash ci/oracle/build.sh deviceplugin  # some of them (deviceplugin, migparted, adapter)
+#   bash ci/oracle/build.sh deviceplugin  # some of them (deviceplugin, migparted, adapter, keda)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HERE="$ROOT/ci/oracle"
 # shellcheck source=versions.env
 . "$HERE/versions.env"
+# KEDA: one pin for the e2e CRDs and the oracle.
+KEDA_VERSION=$(sed -n 's/^KEDA_VERSION=//p' "$ROOT/ci/e2e/versions.env")
 CACHE=${ORACLE_CACHE:-$ROOT/.cache/oracle}
 GO=${GO:-go}
 PARALLEL=${ORACLE_BUILD_PARALLEL:-2}
@@ -109,15 +111,34 @@ build_adapter() {
   (cd "$src" && "$GO" mod tidy && CGO_ENABLED=0 "$GO" build "${BUILD_FLAGS[@]}" -o "$out/bin/adapter" .)
 }
 
+# KEDA's v1alpha1 types and webhook validations (ci/oracle/keda). KEDA's go.mod pins
+# k8s.io and prometheus modules with replace lines, which only a main module's go.mod
+# applies: they are copied from the downloaded go.mod, as build_kube does for staging.
+build_keda() {
+  local v=$1 out=$2 src="$2/src" gomod
+  mkdir -p "$src" "$out/bin"
+  cp "$HERE/keda/main.go" "$src/"
+  gomod=$("$GO" mod download -json "github.com/kedacore/keda/v2@$v" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
+  [ -f "$gomod" ] || die "could not download github.com/kedacore/keda/v2@$v"
+  {
+    printf 'module gpu-inference.local/oracle/keda\n\n'
+    grep -m1 '^go ' "$gomod"
+    printf '\nrequire github.com/kedacore/keda/v2 %s\n\n' "$v"
+    sed -n '/^replace (/,/^)/p' "$gomod"
+  } >"$src/go.mod"
+  (cd "$src" && "$GO" mod tidy && CGO_ENABLED=0 "$GO" build "${BUILD_FLAGS[@]}" -o "$out/bin/keda" .)
+}
+
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(deviceplugin migparted adapter)
+[ ${#components[@]} -gt 0 ] || components=(deviceplugin migparted adapter keda)
 total_start=$(date +%s)
 for c in "${components[@]}"; do
   case $c in
     deviceplugin) run_build deviceplugin "$DEVICE_PLUGIN_VERSION" build_deviceplugin ;;
     migparted) run_build migparted "$MIG_PARTED_VERSION" build_migparted ;;
     adapter) run_build adapter "$ADAPTER_VERSION" build_adapter ;;
-    *) die "unknown component '$c' (deviceplugin, migparted, adapter)" ;;
+    keda) run_build keda "$KEDA_VERSION" build_keda ;;
+    *) die "unknown component '$c' (deviceplugin, migparted, adapter, keda)" ;;
   esac
 done
 echo "oracle build: done in $(( $(date +%s) - total_start )) s (cache: $CACHE)"

@@ -246,3 +246,43 @@ def adapter_served(config_text: str, prometheus_url: str) -> dict:
         raise AssertionError(f"adapter oracle printed no JSON (rc {proc.returncode}): {proc.stderr[-2000:]}")
     assert (proc.returncode == 0) == ("error" not in out), out
     return out
+
+
+# --- KEDA ------------------------------------------------------------------------------------
+
+def keda_version() -> str:
+    for line in (ROOT / "ci" / "e2e" / "versions.env").read_text().splitlines():
+        if line.startswith("KEDA_VERSION="):
+            return line.split("=", 1)[1]
+    raise AssertionError("no KEDA_VERSION in ci/e2e/versions.env")
+
+
+@lru_cache(maxsize=None)
+def keda_bin() -> Path:
+    proc = subprocess.run(["bash", str(ORACLE_DIR / "build.sh"), "keda"], capture_output=True, text=True)
+    assert proc.returncode == 0, f"ci/oracle/build.sh keda failed:\n{proc.stderr[-4000:]}"
+    return CACHE / f"keda-{keda_version()}" / "bin" / "keda"
+
+
+def keda_check(scaled_objects: list[dict]) -> list[dict]:
+    """KEDA's strict decode + cluster-free webhook validations, one verdict per object."""
+    proc = subprocess.run([str(keda_bin())], input=json.dumps(scaled_objects), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def promtool_check(exprs: dict[str, str]) -> tuple[bool, str]:
+    """Parse PromQL expressions with the real Prometheus (`promtool check rules` on a rules
+    file with one recording rule per expression); (ok, promtool's output)."""
+    rules = {"groups": [{"name": "oracle", "rules": [
+        {"record": f"oracle:expr{i}", "expr": e} for i, e in enumerate(exprs.values())]}]}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "rules.yaml"
+        path.write_text(yaml.safe_dump(rules))
+        proc = subprocess.run([str(ROOT / ".tools" / "bin" / "promtool"), "check", "rules", str(path)],
+                              capture_output=True, text=True, timeout=60)
+    out = proc.stdout + proc.stderr
+    for i, name in enumerate(exprs):
+        out = out.replace(f"oracle:expr{i}", name)
+    return proc.returncode == 0, out
