@@ -8,7 +8,6 @@ stdin), returns data or raises a `GpuValuesError`; the CLI only parses arguments
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -171,6 +170,8 @@ def rendered(spec_path: str | Path | None = None, *, values_path: str | Path | N
     def one(r: Release):
         return (r, *rendering.render_values(dict(r.values), helm=helm, kube_version=kube,
                                             release=r.name, namespace=r.namespace, chart=chart))
+    from concurrent.futures import ThreadPoolExecutor
+
     # one helm process per release, side by side (helm is the slow part)
     with ThreadPoolExecutor(max_workers=min(4, len(releases))) as pool:
         out = list(pool.map(one, releases))

@@ -994,6 +994,9 @@ def _baselines(demands, pools, costs, deadline: float | None = None) -> list[Bas
     without pool capacities so it still reports how many GPUs it would take. All share what is
     left of the plan's time limit (`deadline`, perf_counter seconds)."""
     out = []
+    # a baseline is another layout strategy: the fleet's pinned profiles do not bind it
+    demands = [ModelDemand(d.name, d.replicas, d.throughput, d.throughput_per_instance, d.memory_gb,
+                           d.excluded_profiles, None, d.pools) for d in demands]
     for name, rule, note in BASELINES:
         left = 30.0 if deadline is None else deadline - time.perf_counter()
         if left <= 0:
