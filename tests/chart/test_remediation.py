@@ -10,7 +10,7 @@ import copy
 import pytest
 import yaml
 
-from gpuvalues.operations import controller
+from gpuvalues.operations import controller, drain
 from gpuvalues.operations.remediation import TAINT_EFFECT, TAINT_KEY
 from tests.chart.chartlib import KUBE_MINORS, by_kind, k8s_errors, render, template
 from tests.conftest import CHART, run
@@ -150,40 +150,12 @@ def test_lease_shorter_than_two_syncs_fails(helm):
 
 # --- the inference workload keeps what remediation needs --------------------------------------
 
-def tolerates(tol: dict, key: str, effect: str) -> bool:
-    """Does a toleration match the taint key:effect (core/v1 Toleration semantics: an empty
-    key with Exists matches every key; an empty effect matches every effect)."""
-    if tol.get("effect") and tol["effect"] != effect:
-        return False
-    if not tol.get("key"):
-        return tol.get("operator") == "Exists"
-    return tol["key"] == key
-
-
 def workload_problems(objects: list[dict]) -> list[str]:
-    """Why remediation could not drain the inference workload safely."""
-    problems = []
-    deps = [d for d in by_kind(objects, "Deployment") if d["metadata"]["labels"].get("app.kubernetes.io/component")
-            not in ("remediation", "prometheus-adapter")]
-    assert deps, "no inference Deployment rendered"
-    hpas = {h["spec"]["scaleTargetRef"]["name"]: h for h in by_kind(objects, "HorizontalPodAutoscaler")}
-    for d in deps:
-        name = d["metadata"]["name"]
-        replicas = hpas[name]["spec"].get("minReplicas", 1) if name in hpas else d["spec"].get("replicas", 1)
-        if replicas < 2:
-            problems.append(f"{name}: {replicas} replica(s): a drain takes the service down")
-        for t in d["spec"]["template"]["spec"].get("tolerations") or []:
-            if tolerates(t, TAINT_KEY, TAINT_EFFECT):
-                problems.append(f"{name}: tolerates the remediation taint ({t})")
-    pdbs = by_kind(objects, "PodDisruptionBudget")
-    if not pdbs:
-        problems.append("no PodDisruptionBudget")
-    for p in pdbs:
-        if p["spec"].get("maxUnavailable") != 1:
-            problems.append(f"PDB maxUnavailable {p['spec'].get('maxUnavailable')} (want 1)")
-        if p["spec"].get("unhealthyPodEvictionPolicy") != "AlwaysAllow":
-            problems.append("PDB unhealthyPodEvictionPolicy is not AlwaysAllow")
-    return problems
+    """gpuvalues.operations.drain.drain_blockers for the quarantine taint; the inference
+    Deployment must be among what it looked at."""
+    assert any(d["kind"] == "Deployment" and drain.is_gpu_pod({"spec": d["spec"]["template"]["spec"]})
+               for d in objects), "no GPU Deployment rendered"
+    return drain.drain_blockers(objects, TAINT_KEY, TAINT_EFFECT)
 
 
 def test_inference_defaults_are_drainable(helm):
@@ -194,9 +166,10 @@ def test_inference_defaults_are_drainable(helm):
 @pytest.mark.parametrize("vals,expect", [
     ({"autoscaling": {"engine": "none"}, "replicaCount": 1}, "1 replica"),
     ({"autoscaling": {"minReplicas": 1}}, "1 replica"),
-    ({"tolerations": [{"operator": "Exists"}]}, "tolerates the remediation taint"),
+    ({"tolerations": [{"operator": "Exists"}]}, "tolerates the quarantine taint"),
     ({"tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]}, "tolerates"),
     ({"pdb": {"maxUnavailable": 2}}, "maxUnavailable 2"),
+    ({"pdb": {"enabled": False}}, "no PodDisruptionBudget"),
     ({"pdb": {"unhealthyPodEvictionPolicy": "IfHealthyBudget"}}, "AlwaysAllow"),
 ])
 def test_drainability_check_can_fail(helm, vals, expect):
@@ -206,7 +179,7 @@ def test_drainability_check_can_fail(helm, vals, expect):
 
 
 def test_gpu_taint_toleration_is_not_the_remediation_taint():
-    assert not tolerates({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    assert not drain.tolerates({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                          TAINT_KEY, TAINT_EFFECT)
 
 
