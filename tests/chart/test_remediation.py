@@ -227,3 +227,25 @@ def test_checkov_on_the_controller(rendered_on, tmp_path):
     assert failed - set(CHECKOV_SKIPS) == set(), failed
     assert set(CHECKOV_SKIPS) - failed == set(), "stale skip"
     assert len(data["results"]["passed_checks"]) > 50
+
+
+def test_the_chart_exporter_exports_every_signal_it_reads(helm):
+    """With the chart's own DCGM exporter, every series the controller's queries read is
+    in the exporter's counters CSV (else a signal would silently never fire)."""
+    import re
+
+    from gpuvalues.operations.signals import SignalConfig
+
+    vals = {"platform": {"dcgmExporter": {"enabled": True}, "remediation": {"enabled": True}}}
+    objs = render(helm, values=vals)
+    [cm] = [o for o in by_kind(objs, "ConfigMap") if "dcgm" in o["metadata"]["name"]]
+    csv = "\n".join(cm["data"].values())
+    fields = {line.split(",")[0].strip() for line in csv.splitlines() if line and not line.startswith("#")}
+    read = set()
+    for q in SignalConfig().queries().values():
+        read |= set(re.findall(r"\b(DCGM_[A-Z0-9_]+)", q))
+    assert read and read <= fields, read - fields
+    # negative control: without remediation the NVLink recovery counter is not added
+    off = render(helm, values={"platform": {"dcgmExporter": {"enabled": True}}})
+    [cm] = [o for o in by_kind(off, "ConfigMap") if "dcgm" in o["metadata"]["name"]]
+    assert "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL" not in "\n".join(cm["data"].values())
