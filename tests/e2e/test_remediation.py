@@ -268,6 +268,7 @@ def test_xid_quarantines_drains_through_pdb_and_recovers_only_leader_acts(kube, 
         t_seen = time.monotonic()
         kube.wait("the node tainted", lambda: our_taint(node(kube, bad)), timeout=6 * SYNC, interval=0.2)
         took = time.monotonic() - t_seen
+        print(f"quarantined {took:.2f}s after the Xid reached Prometheus (sync period {SYNC}s)")
         assert took <= 2 * SYNC + 1.0, f"quarantined {took:.1f}s after the Xid was in Prometheus (> 2 sync periods)"
         n = node(kube, bad)
         assert any(t["key"] == TAINT_KEY and t["effect"] == "NoSchedule" for t in n["spec"]["taints"])
