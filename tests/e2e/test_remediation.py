@@ -528,3 +528,29 @@ def test_namespace_drain_modes_skip_and_delete_after_timeout(kube, namespace, po
         with exporter.lock:
             exporter.xid.pop(x, None)
         kube.kubectl("delete", "namespace", skip_ns, del_ns, "--wait=false", check=False)
+
+
+def test_node_signals_allocatable_and_foreign_condition(kube, namespace, pool, dcgm, tmp_path):
+    """Signals from the Node objects alone: the device plugin marking a GPU unhealthy
+    (allocatable below capacity) and a condition set by another detector (as Node Problem
+    Detector would); each quarantines its node, the untouched node stays healthy."""
+    exporter, prom = dcgm
+    lost, cond, fine = pool("rem-node", [2, 1, 1])
+    with exporter.lock:
+        exporter.nodes |= {lost, cond, fine}
+    rem = Remediator(kube, namespace, tmp_path, prom, "rem-node", conditions=["GpuXidError"])
+    try:
+        rem.start("s")
+        kube.kubectl("patch", "node", lost, "--subresource=status", "--type=merge",
+                     "-p", json.dumps({"status": {"allocatable": {GPU: "1"}}}))
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        kube.kubectl("patch", "node", cond, "--subresource=status", "--type=strategic", "-p", json.dumps(
+            {"status": {"conditions": [{"type": "GpuXidError", "status": "True", "reason": "NPDKernelLog",
+                                        "message": "NVRM: Xid 79", "lastHeartbeatTime": now,
+                                        "lastTransitionTime": now}]}}))
+        kube.wait("both quarantined", lambda: our_taint(node(kube, lost)) and our_taint(node(kube, cond)), timeout=30)
+        assert not our_taint(node(kube, fine)) and state(node(kube, fine)) == "healthy"
+        # the other detector's condition is left as it was
+        assert any(c["type"] == "GpuXidError" and c["status"] == "True" for c in node(kube, cond)["status"]["conditions"])
+    finally:
+        rem.stop()
