@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
-from gpuvalues.errors import GpuValuesError
+from gpuvalues.errors import SpecError
 from gpuvalues.operations import drain as drainlib
 from gpuvalues.operations.remediation import (CONDITION_TYPE, HELD, RESET_LABEL, TAINT_EFFECT, TAINT_KEY, Config,
                                               NodeView, Record, State, Taint, step)
@@ -36,8 +36,8 @@ OWNER = "gpu-inference-remediation"
 log = logging.getLogger("gpuvalues.remediate")
 
 
-class RemediateError(GpuValuesError):
-    """Bad options or an unreachable cluster at start-up."""
+class RemediateError(SpecError):
+    """Bad options, config file or kubeconfig at start-up (exit 2, one line)."""
 
 
 @dataclass(frozen=True)

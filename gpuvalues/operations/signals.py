@@ -57,7 +57,8 @@ SIGNALS = ("xid", "dbe", "row-remap", "nvlink", "exporter", "allocatable", "cond
 
 
 class PrometheusError(GpuValuesError):
-    """Prometheus could not be queried (the sync is skipped: no signal is not health)."""
+    """Prometheus could not be queried. Internal to the loop (the sync is skipped: no
+    signal is not health); never a start-up error."""
 
 
 @dataclass(frozen=True)
