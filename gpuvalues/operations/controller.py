@@ -28,7 +28,7 @@ from typing import Callable
 
 from gpuvalues.errors import SpecError
 from gpuvalues.operations import drain as drainlib
-from gpuvalues.operations.remediation import (CONDITION_TYPE, HELD, RESET_LABEL, TAINT_EFFECT, TAINT_KEY, Config,
+from gpuvalues.operations.remediation import (CONDITION_TYPE, RESET_LABEL, TAINT_EFFECT, TAINT_KEY, Config,
                                               NodeView, Record, State, Taint, step)
 from gpuvalues.operations.signals import PrometheusError, Prometheus, SignalConfig, faults_from_results, node_faults
 
@@ -512,7 +512,7 @@ def main(opts: Options) -> int:
             srv.shutdown()
 
 
-__all__ = ["Options", "Controller", "LeaseElector", "Metrics", "main", "HELD"]
+__all__ = ["Options", "Controller", "LeaseElector", "Metrics", "main", "options_from_args"]
 
 
 # --- options ----------------------------------------------------------------------------

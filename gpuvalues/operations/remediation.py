@@ -30,7 +30,7 @@ import enum
 import functools
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
 PREFIX = "remediation.gpu-inference.io"
