@@ -150,6 +150,24 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replan(args: argparse.Namespace) -> int:
+    """`gpuvalues replan SPEC --current FILE`: re-plan with the fewest GPUs, then the fewest node
+    reconfigurations, under a drain budget (to fold into `plan --current`)."""
+    from gpuvalues import yamlio
+    from gpuvalues.io import current, files
+
+    result, notes = current.replanned(args.spec, args.current, gpu_slack=args.gpu_slack,
+                                      max_node_changes=args.max_node_changes,
+                                      max_unavailable_per_pool=args.max_unavailable_per_pool,
+                                      time_limit=args.time_limit)
+    for n in notes:
+        say(args, f"gpuvalues: note: {n}")
+    if args.mig_parted_out and result.plan.mig_parted_config:
+        files.write_atomic(args.mig_parted_out, yamlio.dump(result.plan.mig_parted_config))
+    emit(args, result.to_dict(), current.replan_table)
+    return 0
+
+
 def cmd_topo(args: argparse.Namespace) -> int:
     """`gpuvalues topo`: NVLink cliques, labels and the best GPU set from `nvidia-smi topo -m`."""
     from gpuvalues import yamlio
@@ -262,6 +280,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-baselines", action="store_true", help="skip the whole-GPU/all-balanced/all-1g baselines")
     p.add_argument("--time-limit", type=float, default=30.0, help="solver time limit in seconds (default 30)")
     p.set_defaults(func=cmd_plan)
+    p = sub.add_parser("replan", help="re-plan a running fleet: fewest GPUs, then fewest node reconfigurations",
+                       description="Re-plan the spec's demand against the fleet's current MIG layout: the fewest "
+                                   "GPUs (within --gpu-slack), then the fewest nodes whose mig.config changes, "
+                                   "under the drain budget. Reports GPUs used, nodes changed, pods displaced and "
+                                   "the LP bound on both.")
+    p.add_argument("spec", help="spec file (`-` for stdin)")
+    p.add_argument("--current", required=True, metavar="FILE",
+                   help="current layout: a mig-parted config with `nodes` (node -> labels), or an inventory")
+    p.add_argument("--gpu-slack", type=int, default=0, metavar="N",
+                   help="accept up to N GPUs above the fewest if that saves node changes (default 0)")
+    p.add_argument("--max-node-changes", type=int, default=None, metavar="N", help="change at most N nodes")
+    p.add_argument("--max-unavailable-per-pool", type=int, default=None, metavar="N",
+                   help="change at most N nodes of any one pool (rollout also drains at most N at a time)")
+    p.add_argument("--mig-parted-out", metavar="FILE", help="write the new mig-parted config here (atomically)")
+    p.add_argument("--time-limit", type=float, default=30.0, help="solver time limit in seconds (default 30)")
+    p.set_defaults(func=cmd_replan)
     p = sub.add_parser("topo", help="parse `nvidia-smi topo -m`: NVLink cliques, node labels, best GPU set")
     p.add_argument("file", metavar="TOPO", help="saved `nvidia-smi topo -m` output ('-' for stdin)")
     p.add_argument("--best", type=int, metavar="N", help="GPUs the device plugin would give a pod asking for N")
