@@ -252,6 +252,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_remediate(args: argparse.Namespace) -> int:
+    """`gpuvalues remediate`: the GPU health remediation controller (docs/self-healing.md)."""
+    from gpuvalues.operations import controller
+
+    return controller.main(controller.options_from_args(args))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="gpuvalues", description=__doc__.splitlines()[0])
@@ -373,6 +380,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-validate", action="store_true",
                    help="skip schema and semantic checks (YAML typing is still checked)")
     p.set_defaults(func=cmd_update)
+
+    p = sub.add_parser("remediate", help="run the GPU health remediation controller (quarantine, drain, recover)")
+    p.add_argument("--kubeconfig", help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, else in-cluster)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--config", metavar="FILE", help="YAML with any of the options below (flags win)")
+    p.add_argument("--prometheus-url", help="Prometheus base URL for DCGM signals (none: node signals only)")
+    p.add_argument("--sync-period", type=float, help="seconds between syncs (30)")
+    p.add_argument("--dry-run", action="store_true", default=None, help="decide and log, change nothing")
+    p.add_argument("--once", action="store_true", default=None, help="one sync, no leader election, then exit")
+    p.add_argument("--metrics-address", help="host:port of /metrics and /healthz (0.0.0.0:8080; '' = off)")
+    p.add_argument("--lease-namespace", help="namespace of the leader-election Lease (default)")
+    p.add_argument("--lease-name", help="name of the Lease (gpu-inference-remediation)")
+    p.add_argument("--identity", help="this replica's identity in the Lease (default: hostname-pid)")
+    p.set_defaults(func=cmd_remediate)
     return parser
 
 
