@@ -28,7 +28,14 @@ Public API (frozen dataclasses; all pure):
 - `NodePool(name, gpu, gpus_per_node=8, nodes=1, mig_enabled=True, sharing=None,
   sharing_replicas=None, price_per_gpu=None)`.
 - `plan(demands, pools, *, objective="gpus"|"cost", prices=None, baselines=True,
-  time_limit=30.0)` -> `Plan`; raises `PlanError` saying which model or capacity is short.
+  time_limit=30.0, gap_tolerance=0.0)` -> `Plan`; raises `PlanError` saying which model, pool
+  or constraint (total capacity, one pool's capacity, integrality) is short. The time limit
+  is shared by solver and baselines; the LP rounding (floor, then the remainder solved
+  exactly) is the warm start and the floor of the result, so a plan is never worse than it.
+  Identical GPUs are counts throughout: one `mig.place` per layout, not per GPU.
+- `replan(demands, pools, current, *, gpu_slack=0, max_node_changes=None,
+  max_unavailable_per_pool=None, time_limit=30.0)` -> `replan.Replan`: fewest GPUs, then
+  fewest node reconfigurations against the current layout (`gpuvalues.planners.replan`).
   `prices` maps a GPU model (any alias) to a price per GPU; `NodePool.price_per_gpu` wins.
 - `Plan.to_dict()` (for JSON/YAML), `Plan.mig_parted_config`, `Plan.node_labels`,
   `Plan.device_plugin_configs`, `Plan.baselines`, `Plan.lp_bound`, `Plan.gap`.
