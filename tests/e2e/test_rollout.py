@@ -98,7 +98,7 @@ def ready(kube, ns: str, app: str) -> list[dict]:
             and any(c["type"] == "Ready" and c["status"] == "True" for c in p.get("status", {}).get("conditions", []))]
 
 
-def test_replan_and_rollout_change_only_what_the_plan_changes(kube, namespace, tmp_path):
+def _nodes(kube, namespace):
     pool = f"mig-{namespace[-6:]}"
     names = [f"{pool}-{i}" for i in range(3)]
     start = {names[0]: "all-1g", names[1]: "all-3g", names[2]: "all-1g"}
@@ -111,30 +111,26 @@ def test_replan_and_rollout_change_only_what_the_plan_changes(kube, namespace, t
                                  "nvidia.com/device-plugin.config": pool}})
     kube.cluster.add_nodes(harness.nodes_from_inventory(Inventory.from_dict(
         {"apiVersion": "gpuvalues/v1", "kind": "Inventory", "nodes": nodes})))
-    try:
-        _scenario(kube, namespace, pool, names, start, tmp_path)
-    finally:
-        kube.kubectl("delete", "node", "--ignore-not-found", "--wait=false", *names, check=False)
+    return pool, names, start
 
 
-def _scenario(kube, ns, pool, names, start, tmp_path):
-    from gpuvalues import cli
-
+def _running(kube, ns, pool, names, start, tmp_path, small_min: int):
+    """The two models running with their PDBs; the current layout written as `--current`
+    reads it; the re-plan for mid's third replica written as `replan -o json` prints it."""
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "mig-parted-config", "namespace": ns},
           "data": {"config.yaml": yaml.safe_dump({"version": "v1", "mig-configs": CONFIGS})}}
     objs = [cm, deployment("small", ns, pool, 7, "nvidia.com/mig-1g.10gb"),
-            deployment("mid", ns, pool, 2, "nvidia.com/mig-3g.40gb"), pdb("small", ns, 6), pdb("mid", ns, 2)]
+            deployment("mid", ns, pool, 2, "nvidia.com/mig-3g.40gb"), pdb("small", ns, small_min), pdb("mid", ns, 2)]
     kube.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
     kube.wait("7 small + 2 mid ready", lambda: len(ready(kube, ns, "small")) == 7 and len(ready(kube, ns, "mid")) == 2)
-    kube.wait("PDB small allows 1", lambda: kube.json("get", "pdb", "-n", ns, "small")
-              .get("status", {}).get("disruptionsAllowed") == 1)
+    kube.wait(f"PDB small allows {7 - small_min}", lambda: kube.json("get", "pdb", "-n", ns, "small")
+              .get("status", {}).get("disruptionsAllowed") == 7 - small_min
+              and kube.json("get", "pdb", "-n", ns, "small").get("status", {}).get("currentHealthy") == 7)
     pods_on = {n: [p for p in kube.pods(ns) if p["spec"].get("nodeName") == n] for n in names}
-    # the current layout as `replan --current` reads it: mig-parted config + node labels + pods
     current = {"version": "v1", "mig-configs": CONFIGS, "nodes": {
         n: {"labels": {MIG_CONFIG_LABEL: start[n], "nvidia.com/device-plugin.config": pool},
             "pods": len(pods_on[n])} for n in names}}
     (tmp_path / "current.yaml").write_text(yaml.safe_dump(current))
-    # the load change: mid needs a third replica (the demand as `plan` would size it)
     from gpuvalues.io.current import load_current
     from gpuvalues.planners.milp import ModelDemand, NodePool, replan
     pools = [NodePool(pool, "A100-80GB", 1, 3)]
@@ -142,9 +138,49 @@ def _scenario(kube, ns, pool, names, start, tmp_path):
                pools, load_current(tmp_path / "current.yaml", pools))
     out = tmp_path / "replan.json"
     out.write_text(json.dumps(r.to_dict()))
+    return pods_on, r.to_dict(), out
+
+
+def test_replan_and_rollout_change_only_what_the_plan_changes(kube, namespace, tmp_path):
+    pool, names, start = _nodes(kube, namespace)
+    try:
+        _scenario(kube, namespace, pool, names, start, tmp_path)
+    finally:
+        kube.kubectl("delete", "node", "--ignore-not-found", "--wait=false", *names, check=False)
+
+
+def test_rollout_never_evicts_past_a_pdb(kube, namespace, tmp_path, capsys):
+    """Negative control: with small's PDB at minAvailable 7 (no disruption allowed) the rollout
+    cordons the node, evicts nothing, and stops at its timeout (exit 2), resumable later."""
+    from gpuvalues import cli
+
+    pool, names, start = _nodes(kube, namespace)
+    try:
+        pods_on, result, out = _running(kube, namespace, pool, names, start, tmp_path, small_min=7)
+        (changed,) = [c["node"] for c in result["changes"]]
+        # precondition: the scheduler spread small over both all-1g nodes, so there is something to evict
+        assert any(p["metadata"]["labels"].get("app") == "small" for p in pods_on[changed]), pods_on
+        uids = {p["metadata"]["uid"] for p in kube.pods(namespace, "app=small")}
+        assert cli.main(["rollout", str(out), "--configmap", f"{namespace}/mig-parted-config", "--poll", "0.3",
+                         "--timeout", "6"]) == 2
+        assert "not done after 6 s" in capsys.readouterr().err
+        assert {p["metadata"]["uid"] for p in ready(kube, namespace, "small")} == uids   # nothing evicted
+        node = kube.nodes()[changed]
+        assert node["spec"].get("unschedulable") is True
+        assert json.loads(node["metadata"]["annotations"][ROLLOUT_ANNOTATION])["step"] == "cordoned"
+        assert node["metadata"]["labels"][MIG_CONFIG_LABEL] == start[changed]
+        still = {p["metadata"]["uid"] for p in kube.pods(namespace) if p["spec"].get("nodeName") == changed}
+        assert still == {p["metadata"]["uid"] for p in pods_on[changed]}   # its pods stay where they are
+    finally:
+        kube.kubectl("delete", "node", "--ignore-not-found", "--wait=false", *names, check=False)
+
+
+def _scenario(kube, ns, pool, names, start, tmp_path):
+    from gpuvalues import cli
+
+    pods_on, result, out = _running(kube, ns, pool, names, start, tmp_path, small_min=6)
     import contextlib
     import io
-    result = r.to_dict()
     assert result["nodes_changed"] == 1 and result["gpus_used"] == 3, result
     (changed,) = [c["node"] for c in result["changes"]]
     assert start[changed] == "all-1g"                 # one all-1g node gives a 3g.40gb to mid
