@@ -125,3 +125,37 @@ nodes:
     assert out.exists() and "1g.10gb" in out.read_text()
     assert cli.main(["replan", str(spec), "--current", str(cur), "--max-node-changes", "0"]) == 2
     assert "drain budget (--max-node-changes 0)" in capsys.readouterr().err
+
+
+def test_mixed_example_replanned_after_a_load_change(tmp_path, capsys):
+    """The mixed example's MIG pool running its plan; mistral's peak load +50%: `replan`
+    keeps the fewest GPUs (what `plan` finds from scratch) and changes no more nodes than
+    the pool has; with the unchanged spec it changes nothing."""
+    import yaml
+    from gpuvalues import cli
+    from pathlib import Path
+    example = Path(__file__).resolve().parents[2] / "examples" / "mixed-a100-h100-mig.yaml"
+    assert cli.main(["--output", "json", "plan", str(example), "--no-baselines"]) == 0
+    before = json.loads(capsys.readouterr().out)
+    nodes, i = {}, 0
+    for p in before["pools"]:
+        for ng in p["node_groups"]:
+            for _ in range(ng["count"]):
+                i += 1
+                nodes[f"node-{i}"] = {"pool": p["name"], "labels": dict(before["node_labels"][ng["config"]]),
+                                      "pods": 1}
+    cur = tmp_path / "current.yaml"
+    cur.write_text(yaml.safe_dump({**before["mig_parted_config"], "nodes": nodes}))
+    assert cli.main(["--output", "json", "replan", str(example), "--current", str(cur)]) == 0
+    same = json.loads(capsys.readouterr().out)
+    assert same["nodes_changed"] == 0 and same["gpus_used"] == before["gpus_used"]
+    spec = yaml.safe_load(example.read_text())
+    spec["workloads"][1]["load"]["peak"] = 24
+    bumped = tmp_path / "bumped.yaml"
+    bumped.write_text(yaml.safe_dump(spec))
+    assert cli.main(["--output", "json", "plan", str(bumped), "--no-baselines"]) == 0
+    scratch = json.loads(capsys.readouterr().out)
+    assert cli.main(["--output", "json", "replan", str(bumped), "--current", str(cur)]) == 0
+    after = json.loads(capsys.readouterr().out)
+    assert after["gpus_used"] == scratch["gpus_used"] > before["gpus_used"]
+    assert 1 <= after["nodes_changed"] <= 2 and after["optimal"]
