@@ -159,3 +159,15 @@ def test_mixed_example_replanned_after_a_load_change(tmp_path, capsys):
     after = json.loads(capsys.readouterr().out)
     assert after["gpus_used"] == scratch["gpus_used"] > before["gpus_used"]
     assert 1 <= after["nodes_changed"] <= 2 and after["optimal"]
+
+
+def test_example_current_layout_loads_and_replans(capsys):
+    from pathlib import Path
+    from gpuvalues import cli
+    root = Path(__file__).resolve().parents[2]
+    spec, cur = root / "examples" / "mixed-a100-h100-mig.yaml", root / "examples" / "current" / "mixed-a100-h100-mig.yaml"
+    assert cli.main(["--output", "json", "plan", str(spec), "--no-baselines"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert cli.main(["--output", "json", "replan", str(spec), "--current", str(cur)]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["optimal"] and got["gpus_used"] == planned["gpus_used"]
