@@ -24,7 +24,7 @@ from typing import Any
 from jsonschema.exceptions import ValidationError, best_match, relevance
 
 from gpuvalues.errors import CODES, Finding, ValidationFailed, errors_only  # noqa: F401 (re-exported)
-from gpuvalues.kube import kube_minor
+from gpuvalues.kube import kube_minor, unsupported_kube_version
 from gpuvalues.planners.topology import nvlink_size
 from gpuvalues.schemas import SCHEMAS, SPEC_SCHEMA, VALUES_SCHEMA, load_schema, validator_for  # noqa: F401 (re-exported)
 from gpuvalues.yamlio import Loaded, format_path
@@ -92,31 +92,56 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+# At most this many schema findings per file; the rest are counted in one last finding (a
+# file with a million unknown keys must not take minutes and GBs to say so).
+MAX_FINDINGS = 100
+
+
 def schema_findings(loaded: Loaded, schema: dict, *, prefix: tuple = ()) -> list[Finding]:
-    """Every schema error in `loaded.data` (or its subtree at `prefix`), with positions."""
+    """The schema errors in `loaded.data` (or its subtree at `prefix`), with positions:
+    the first MAX_FINDINGS, then one finding that counts the rest."""
     data = loaded.data
     for p in prefix:
         data = data[p]
-    findings = []
+    findings: list[Finding] = []
+    more = 0
     for error in validator_for(schema).iter_errors(data):
+        if len(findings) >= MAX_FINDINGS:
+            more += len(error.instance) if error.validator == "additionalProperties" and \
+                isinstance(error.instance, dict) else 1
+            continue
         if error.validator in ("oneOf", "anyOf") and error.context and \
                 not _alternative_keys(error):
             branch = _branch_errors(error)
             if branch is not error:
                 error = branch
-        findings.extend(_error_findings(error, loaded, prefix))
+        found, skipped = _error_findings(error, loaded, prefix, MAX_FINDINGS - len(findings))
+        findings.extend(found)
+        more += skipped
     unique = {(f.line, f.column, f.path, f.message): f for f in findings}
-    return sorted(unique.values(), key=Finding.sort_key)
+    out = sorted(unique.values(), key=Finding.sort_key)
+    if more:
+        last = out[-1]
+        out.append(Finding("GV000", f"{more} more schema errors not shown (the first "
+                           f"{MAX_FINDINGS} are above)", last.path, loaded.source, last.line,
+                           last.column, hint="fix these and run again"))
+    return out
 
 
-def _error_findings(error: ValidationError, loaded: Loaded, prefix: tuple) -> list[Finding]:
+def _error_findings(error: ValidationError, loaded: Loaded, prefix: tuple,
+                   room: int = MAX_FINDINGS) -> tuple[list[Finding], int]:
+    """(findings for `error`, at most `room` of them; how many more were left out)."""
     path = prefix + tuple(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = set(error.schema.get("properties", {}))
         patterns = list(error.schema.get("patternProperties", {}))
         out = []
+        skipped = 0
         for key in error.instance:
             if key in allowed or any(re.search(p, key) for p in patterns):
+                continue
+            if len(out) >= room:
+                skipped += 1
                 continue
             close = difflib.get_close_matches(key, sorted(allowed), n=1)
             hint = f"did you mean {close[0]!r}?" if close else \
@@ -125,9 +150,9 @@ def _error_findings(error: ValidationError, loaded: Loaded, prefix: tuple) -> li
             out.append(Finding("GV000", f"unknown key {key!r}", format_path(path + (key,)),
                                loaded.source, line, col, hint=hint))
         if out:
-            return out
+            return out, skipped
     line, col = loaded.position(path)
-    return [Finding("GV000", _describe(error), format_path(path), loaded.source, line, col)]
+    return [Finding("GV000", _describe(error), format_path(path), loaded.source, line, col)], 0
 
 
 def check_schema(loaded: Loaded, schema_path: str | Path = SPEC_SCHEMA) -> list[Finding]:
@@ -213,6 +238,7 @@ class Context:
     nvlink_source: str = ""               # where nvlink_group came from (for messages)
     memory_gb: float | None = None        # GPU memory one replica needs
     tensor_parallel: int | None = None
+    shared_replicas: int | None = None    # time-slicing/MPS replicas per GPU on those nodes
 
 
 def _get(values: Any, *path: str, default: Any = None) -> Any:
@@ -365,7 +391,7 @@ def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded 
         if replicas * count > ctx.inventory_gpus:
             add("GV005", f"maxReplicas {replicas} x {count} GPUs = {replicas * count} > "
                 f"{ctx.inventory_gpus} GPUs in the inventory", "autoscaling", "maxReplicas")
-    shared = _shared_replicas(values)
+    shared = _shared_replicas(values) or ctx.shared_replicas
     if ctx.inventory_gpus and mode == "shared" and shared:
         if replicas * count > ctx.inventory_gpus * shared:
             add("GV005", f"maxReplicas {replicas} x {count} shared replicas > "
@@ -413,6 +439,11 @@ def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded 
             add("GV008", f"{key}: request {req} differs from the GPU limit {count} the chart "
                 "sets from gpu.count", "resources", "requests", key)
 
+    # The target version must be one whose API schemas are bundled (gpuvalues.kube).
+    if ctx.kube_version and unsupported_kube_version(ctx.kube_version):
+        add("GV000", unsupported_kube_version(ctx.kube_version), hint="target a version "
+            "listed, or upgrade kubernetes-validate")
+        return sorted(out, key=Finding.sort_key)
     # GV009: DRA needs resource.k8s.io/v1 (Kubernetes 1.34).
     if mode == "dra" and ctx.kube_version:
         if kube_minor(ctx.kube_version) < 34:

@@ -6,7 +6,7 @@ from typing import Iterable, Mapping
 
 from gpuvalues.errors import InventoryError
 from gpuvalues.planners.inventory import API_VERSION, KIND, Inventory, from_kubectl_json, node_from_nvidia_smi
-from gpuvalues.yamlio import parse_yaml
+from gpuvalues.yamlio import parse_yaml, read_input
 
 
 # -- live cluster --------------------------------------------------------------------------------
@@ -18,11 +18,25 @@ def from_kubernetes(kubeconfig: str | None = None, context: str | None = None,
     from kubernetes.config.config_exception import ConfigException
 
     where = kubeconfig or "~/.kube/config"
+    if kubeconfig:
+        # Read and parse it ourselves first: a FIFO, a device or a broken file is one line
+        # with its position, not a hang or the client's traceback.
+        try:
+            text = _read(Path(kubeconfig), "a kubeconfig YAML file")
+            doc = parse_yaml(text, source=kubeconfig, error=InventoryError)
+        except InventoryError as exc:
+            raise InventoryError(f"cannot load kubeconfig: {exc.message}", source=exc.source,
+                                 line=exc.line, column=exc.column) from None
+        if not isinstance(doc, Mapping):
+            raise InventoryError("cannot load kubeconfig: expected a YAML mapping with "
+                                 "clusters, contexts and users", source=kubeconfig, line=1,
+                                 column=1)
     cfg = client.Configuration()
     try:
         config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
-    except (ConfigException, OSError) as exc:
-        raise InventoryError(f"cannot load kubeconfig: {exc}", source=where) from None
+    except Exception as exc:  # noqa: BLE001 - the client raises anything from a bad file
+        message = " ".join(str(exc).split()) or exc.__class__.__name__
+        raise InventoryError(f"cannot load kubeconfig: {message}", source=where) from None
     cfg.retries = 1  # fail fast on an unreachable server; the CLI is interactive
     api = client.ApiClient(cfg)
     try:
@@ -39,13 +53,13 @@ def from_kubernetes(kubeconfig: str | None = None, context: str | None = None,
 
 # -- files ----------------------------------------------------------------------------------------
 def _read(path: Path, expected: str) -> str:
-    """A text file's contents, or an InventoryError naming the file."""
+    """A text file's contents, or an InventoryError naming the file (refused before
+    reading: FIFOs, devices, directories, files over yamlio.MAX_INPUT_BYTES)."""
+    data, source = read_input(path, error=InventoryError, expected=expected)
     try:
-        return path.read_text()
-    except OSError as exc:
-        raise InventoryError(f"cannot read: {exc.strerror}", source=str(path)) from None
+        return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise InventoryError(f"not a UTF-8 text file; expected {expected}", source=str(path)) from None
+        raise InventoryError(f"not a UTF-8 text file; expected {expected}", source=source) from None
 
 
 def load_inventory(path: str | Path) -> Inventory:

@@ -5,11 +5,23 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gpuvalues.bundle import TRACES as TRACES_DIR
-from gpuvalues.errors import CapacityError, GpuValuesError, ToolNotFoundError
+from gpuvalues.errors import CapacityError, GpuValuesError, OutputError, ToolNotFoundError
 from gpuvalues.io.files import write_atomic
 from gpuvalues.planners.hpa import HPA
 from gpuvalues.planners.simulate import BUILTIN_TRACES, SimResult, Trace, builtin_behaviors, parse_trace
-from gpuvalues.yamlio import parse_yaml
+from gpuvalues.yamlio import parse_yaml, read_input
+
+
+def _read_text(path: str | Path, expected: str, *, shown: str | None = None,
+               not_text: str | None = None) -> str:
+    """A UTF-8 file's text, or one CapacityError naming it (FIFOs, devices, directories
+    and files over the size limit are refused before reading)."""
+    data, source = read_input(path, error=CapacityError, expected=expected)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CapacityError(not_text or f"not a UTF-8 text file; expected {expected}",
+                            source=shown or source) from None
 
 
 def load_trace(path_or_name: str | Path) -> Trace:
@@ -19,13 +31,11 @@ def load_trace(path_or_name: str | Path) -> Trace:
         path = TRACES_DIR / f"{name}.csv"
     else:
         path = Path(name)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise CapacityError(f"cannot read the trace ({exc.strerror}); give a CSV file or one of "
-                            f"{', '.join(BUILTIN_TRACES)}", source=name) from None
-    except UnicodeDecodeError:
-        raise CapacityError("not a text CSV file (time_s,requests_per_s)", source=name) from None
+    if not path.exists() and name not in BUILTIN_TRACES:
+        raise CapacityError(f"file not found; give a CSV file or one of {', '.join(BUILTIN_TRACES)}",
+                            source=name)
+    text = _read_text(path, "a text CSV file (time_s,requests_per_s)", shown=name,
+                      not_text="not a text CSV file (time_s,requests_per_s)")
     return parse_trace(text, name)
 
 
@@ -57,8 +67,8 @@ def plot(results: Sequence[SimResult], path: str | Path, metric_label: str = "me
     plt.close(fig)
     try:
         write_atomic(path, buf.getvalue())
-    except OSError as exc:
-        raise CapacityError(f"cannot write the plot ({exc.strerror})", source=str(path)) from None
+    except OutputError as exc:
+        raise CapacityError(f"cannot write the plot ({exc.message})", source=str(path)) from None
 
 
 def load_behaviors(items: Sequence[str], startup_s: float) -> dict[str, Mapping[str, Any] | None]:
@@ -74,12 +84,7 @@ def load_behaviors(items: Sequence[str], startup_s: float) -> dict[str, Mapping[
                                     field="behavior")
             out[name] = builtins[name]
             continue
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise CapacityError(f"cannot read ({exc.strerror})", source=path) from None
-        except UnicodeDecodeError:
-            raise CapacityError("not a UTF-8 text file; expected a behavior YAML", source=path) from None
+        text = _read_text(path, "a behavior YAML file")
         doc = parse_yaml(text, source=path, error=CapacityError)
         if isinstance(doc, Mapping) and "behavior" in doc:
             doc = doc["behavior"]

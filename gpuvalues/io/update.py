@@ -7,6 +7,11 @@ it (gpuvalues.yamlio), each changed path is checked to have exactly the intended
 (a string like "yes" or "0755" is quoted so Helm keeps it a string), and the result is
 validated against the chart's schema and semantic rules. Only then is the file replaced,
 atomically; on any failure it is left untouched.
+
+The read-modify-write holds an fcntl lock on the file (concurrent updates run in turn and
+none is lost); a symlink keeps pointing at the file it names and a hard-linked file is
+written through (gpuvalues.io.files.write_atomic); a read-only file (mode 0444, a
+read-only filesystem) is refused before anything is read; the owner and mode are kept.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from typing import Any, Mapping, Sequence
 from gpuvalues import yamlio
 from gpuvalues.checks.rules import VALUES_SCHEMA, Finding, check_values, values_findings, warnings_or_raise
 from gpuvalues.errors import SpecError
-from gpuvalues.io.files import write_atomic
+from gpuvalues.io.files import check_writable, locked, write_atomic
 
 _SEGMENT = re.compile(r'(?:"((?:[^"\\]|\\.)*)"|((?:[^.\[\]\\]|\\.)+))|\[(\d+)\]')
 
@@ -228,7 +233,16 @@ def update_values(path: str | Path, updates: Mapping[str, Any], *,
     """
     if str(path) == yamlio.STDIN:
         raise SpecError("update edits a file in place; it cannot read stdin ('-')")
-    raw, source = yamlio.read_source(path)
+    raw, source = yamlio.read_source(path)       # refuses FIFOs, devices, huge files first
+    check_writable(path)
+    with locked(path):
+        return _update_locked(path, updates, schema_path=schema_path, validate=validate,
+                              semantic=semantic)
+
+
+def _update_locked(path: str | Path, updates: Mapping[str, Any], *, schema_path: str | Path,
+                   validate: bool, semantic: bool) -> list[Finding]:
+    raw, source = yamlio.read_source(path)       # again: the file as it is under the lock
     text = yamlio.decode(raw, source)
     yamlio.load_text(text, source, allow_empty=True)     # positioned errors for bad YAML
     new_text = apply_updates(text, updates, source)

@@ -276,8 +276,10 @@ def test_cli_plan_json_and_svg(tmp_path, capsys):
     # 1g.10gb holds it and an A100 holds 7, so ceil(22 / 7) = 4 GPUs
     replicas = replicas_oracle(140 * 1.2, 10)
     assert replicas == 22
-    assert data["gpus_used"] == math.ceil(replicas / 7) == 4 and data["gap"] == 0
-    assert data["pools"][0]["gpu_groups"][0]["layout"] == "7x1g.10gb"
+    mig = data["mig"]
+    assert mig["gpus_used"] == math.ceil(replicas / 7) == 4 and mig["gap"] == 0
+    assert mig["pools"][0]["gpu_groups"][0]["layout"] == "7x1g.10gb"
+    assert data["workloads"][0]["resource"] == "nvidia.com/mig-1g.10gb"
     assert "<svg" in svg.read_text() and "1g.10gb" in svg.read_text()
     assert cli.main(["plan", str(spec)]) == 0
     out = capsys.readouterr().out
@@ -295,7 +297,7 @@ def test_cli_plan_bad_input_exit_2_no_file(tmp_path, capsys):
     assert not svg.exists()
     spec.write_text(SPEC.replace("memoryGB: 4", "memoryGB: 500"))
     assert cli.main(["plan", str(spec)]) == 2
-    assert "needs 500 GB" in capsys.readouterr().err
+    assert "needs 7 GPUs (465.66 GiB + 5% headroom)" in capsys.readouterr().err
 
 
 def test_whole_pool_on_mig_gpu_turns_mig_off():
