@@ -186,18 +186,28 @@ def _from_inventory(loaded: Loaded, by_name) -> CurrentLayout:
 def replanned(spec_path: str | Path, current_path: str | Path, *, gpu_slack: int = 0,
               max_node_changes: int | None = None, max_unavailable_per_pool: int | None = None,
               time_limit: float = 30.0):
-    """`gpuvalues replan`: the spec's demand re-planned against the current layout in
+    """`gpuvalues replan`: the spec's MIG demand re-planned against the current layout in
     `current_path`. Returns (`replan.Replan`, notes). (Meant to move into `pipeline` when
-    `plan --current` folds this command into `plan`.)"""
-    from gpuvalues.checks.spec import load_spec
-    from gpuvalues.fleet.builder import inputs_from_spec
+    `plan --current` folds this command into `plan`.)
+
+    The demand is the fleet's own MIG solve (`Fleet.layout.plan`, computed once by
+    `gpuvalues.fleet`): each MIG workload pinned to its profile and pool, with the replicas
+    that solve serves, on the MIG pools' nodes it laid out."""
+    from gpuvalues.pipeline import fleet_of
     from gpuvalues.planners import milp
 
-    demands, pools, notes = inputs_from_spec(load_spec(spec_path))
+    fleet = fleet_of(spec_path)
+    plan = fleet.layout.plan
+    if plan is None:
+        raise PlanError("the spec has no MIG workload on a MIG pool: nothing to re-plan", source=str(spec_path))
+    pools = [pp.pool for pp in plan.pools]
+    demands = [milp.ModelDemand(p.workload, replicas=int(round(plan.served.get(p.workload, 0))),
+                                allowed_profiles=(p.mig_profile,), pools=(p.pool.name,))
+               for p in fleet.placements if p.mode == "mig" and p.workload in plan.served]
     current = load_current(current_path, pools)
     result = milp.replan(demands, pools, current, gpu_slack=gpu_slack, max_node_changes=max_node_changes,
                          max_unavailable_per_pool=max_unavailable_per_pool, time_limit=time_limit)
-    return result, notes
+    return result, list(fleet.decisions)
 
 
 def replan_table(d: Mapping) -> str:

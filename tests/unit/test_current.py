@@ -127,28 +127,33 @@ nodes:
     assert "drain budget (--max-node-changes 0)" in capsys.readouterr().err
 
 
+def current_from_plan(planned: dict, pods: int = 1) -> dict:
+    """A `--current` file for a fleet running what `plan -o json` printed: its mig-parted
+    config and, per MIG node group, that many named nodes with the group's labels."""
+    side = planned["node_side"]
+    nodes = {}
+    for g in side["node-groups.yaml"]:
+        if "nvidia.com/mig.config" in g["labels"]:
+            for i in range(g["nodes"]):
+                nodes[f"{g['name']}-{i + 1}"] = {"pool": g["pool"], "labels": dict(g["labels"]), "pods": pods}
+    return {**side["mig-parted-config.yaml"], "nodes": nodes}
+
+
 def test_mixed_example_replanned_after_a_load_change(tmp_path, capsys):
     """The mixed example's MIG pool running its plan; mistral's peak load +50%: `replan`
-    keeps the fewest GPUs (what `plan` finds from scratch) and changes no more nodes than
-    the pool has; with the unchanged spec it changes nothing."""
+    keeps the fewest GPUs (what `plan` finds from scratch) and changes at most the pool's
+    nodes; with the unchanged spec it changes nothing."""
     import yaml
     from gpuvalues import cli
     from pathlib import Path
     example = Path(__file__).resolve().parents[2] / "examples" / "mixed-a100-h100-mig.yaml"
     assert cli.main(["--output", "json", "plan", str(example), "--no-baselines"]) == 0
     before = json.loads(capsys.readouterr().out)
-    nodes, i = {}, 0
-    for p in before["pools"]:
-        for ng in p["node_groups"]:
-            for _ in range(ng["count"]):
-                i += 1
-                nodes[f"node-{i}"] = {"pool": p["name"], "labels": dict(before["node_labels"][ng["config"]]),
-                                      "pods": 1}
     cur = tmp_path / "current.yaml"
-    cur.write_text(yaml.safe_dump({**before["mig_parted_config"], "nodes": nodes}))
+    cur.write_text(yaml.safe_dump(current_from_plan(before)))
     assert cli.main(["--output", "json", "replan", str(example), "--current", str(cur)]) == 0
     same = json.loads(capsys.readouterr().out)
-    assert same["nodes_changed"] == 0 and same["gpus_used"] == before["gpus_used"]
+    assert same["nodes_changed"] == 0 and same["gpus_used"] == before["mig"]["gpus_used"]
     spec = yaml.safe_load(example.read_text())
     spec["workloads"][1]["load"]["peak"] = 24
     bumped = tmp_path / "bumped.yaml"
@@ -157,7 +162,7 @@ def test_mixed_example_replanned_after_a_load_change(tmp_path, capsys):
     scratch = json.loads(capsys.readouterr().out)
     assert cli.main(["--output", "json", "replan", str(bumped), "--current", str(cur)]) == 0
     after = json.loads(capsys.readouterr().out)
-    assert after["gpus_used"] == scratch["gpus_used"] > before["gpus_used"]
+    assert after["gpus_used"] == scratch["mig"]["gpus_used"] > before["mig"]["gpus_used"]
     assert 1 <= after["nodes_changed"] <= 2 and after["optimal"]
 
 
@@ -170,4 +175,4 @@ def test_example_current_layout_loads_and_replans(capsys):
     planned = json.loads(capsys.readouterr().out)
     assert cli.main(["--output", "json", "replan", str(spec), "--current", str(cur)]) == 0
     got = json.loads(capsys.readouterr().out)
-    assert got["optimal"] and got["gpus_used"] == planned["gpus_used"]
+    assert got["optimal"] and got["gpus_used"] == planned["mig"]["gpus_used"]
