@@ -741,7 +741,8 @@ def _round_residual(model: _Model, demands: Sequence[ModelDemand], costs: list[f
     return val + np.round(sol)
 
 
-def _run(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capacity=True, rel_gap=0.0):
+def _run(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capacity=True, rel_gap=0.0,
+         solver_layouts=True):
     """Solve one model: LP, LP rounding as a warm start, then the MIP within `time_limit`; the
     result is the better of the MIP's incumbent and the rounding (never worse than rounding).
     Returns (model, None) when infeasible, else (model, (status, info, sol, cols, secs, lp, extra))
@@ -772,6 +773,10 @@ def _run(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capac
     # the plan keeps the solver's layouts rather than the LP vertex's (the rounding stays the
     # fallback); otherwise it is the MIP's warm start.
     proven = rounded is not None and lp_ceil >= r_obj - 1e-9
+    if proven and not solver_layouts:   # the caller only needs an optimal solution: done
+        status, info, sol = highspy.HighsModelStatus.kOptimal, None, rounded
+        extra = {"objective": r_obj, "bound": max(lp, lp_ceil), "rounded": r_obj}
+        return model, (status, info, sol, cols, time.perf_counter() - t0, lp if with_bounds else None, extra)
     if left > 0:
         status, info, sol, cols = _solve(model, demands, costs, integer=True, time_limit=left,
                                          abs_gap=0.999 if integral else 1e-6, rel_gap=rel_gap,

@@ -309,7 +309,7 @@ def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.NodePool], 
     if max_node_changes is None and max_unavailable_per_pool is None:
         # no budget: any node may change, so the fewest GPUs is `plan`'s optimum (LP rounding,
         # warm start); its solution, with every node changed, is a stage-1 solution too
-        _, res = milp._run(demands, pools, [1.0] * len(pools), "optimal", left())
+        _, res = milp._run(demands, pools, [1.0] * len(pools), "optimal", left(), solver_layouts=False)
         if res is not None:
             status, _, psol, pcols, _, _, extra = res
             pidx = {c: i for i, c in enumerate(pcols)}
