@@ -753,8 +753,10 @@ def _run(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capac
             return model, None
     integral = all(float(c).is_integer() for c in costs)
     t0 = time.perf_counter()
+    # the LP relaxation runs to the end whatever the limit (milliseconds even at 262,144 GPUs):
+    # the rounding, the plan's floor, needs it
     lp_status, lp_info, lp_sol, cols = _solve(model, demands, costs, integer=False, capacity=capacity,
-                                              time_limit=time_limit)
+                                              time_limit=max(time_limit, 30.0))
     if lp_status != highspy.HighsModelStatus.kOptimal or lp_sol is None:
         return model, None
     lp = float(lp_info.objective_function_value)
