@@ -10,9 +10,10 @@ PDBs, relabel it, wait for mig-manager and uncordon it, touching no other node.
 The one fake: mig-manager (there are no GPUs). `FakeMigManager` below does what the GPU
 Operator's mig-manager does to the node object when `nvidia.com/mig.config` changes: sets
 `nvidia.com/mig.config.state=pending`, reads the named config from the mig-parted ConfigMap,
-publishes the MIG resources it yields (one `nvidia.com/mig-<profile>` device per instance,
-the device plugin's mixed-strategy names, k8s-device-plugin internal/rm/rm.go; counted here
-from the config, not by the upstream device plugin code) and sets the state to `success`.
+publishes the MIG resources the node then has and sets the state to `success`. Those
+resources are computed by the upstream device plugin itself (k8s-device-plugin at the
+chart's pin, mixed strategy, over go-nvml's mock A100 with that MIG layout: the oracle of
+tests/oracle), so the rollout's own resource check is held against upstream's names.
 kwok plays the kubelets; the real scheduler and ReplicaSet controller move the pods.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from functools import lru_cache
 
 import yaml
 
@@ -33,14 +35,21 @@ CONFIGS = {
 }
 
 
-def resources_for(config: dict) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for entry in config:
-        if entry.get("mig-enabled"):
-            for prof, n in (entry.get("mig-devices") or {}).items():
-                key = "nvidia.com/mig-" + prof.replace("+", ".")
-                out[key] = out.get(key, 0) + n    # one GPU per node in this pool
-    return out
+@lru_cache(maxsize=None)
+def _advertised(config_json: str) -> tuple:
+    from gpuvalues.planners import deviceplugin
+    from tests.oracle import oraclelib as ol
+    cfg = {"version": "v1", "mig-configs": {"c": json.loads(config_json)}}
+    layout = ol.mig_layout(cfg, "c", 1)          # one GPU per node in this pool
+    plugin = yaml.safe_dump(deviceplugin.build_device_plugin_config(mig_strategy="mixed"))
+    verdict = ol.device_plugin(plugin, ol.hardware_for_gpu("A100-80GB", 1, layout), gfd=False)
+    assert verdict.ok, verdict.error
+    return tuple(sorted((k, int(v)) for k, v in verdict.resources.items() if k.startswith("nvidia.com/mig-")))
+
+
+def resources_for(config: list) -> dict[str, int]:
+    """The MIG resources the upstream device plugin advertises for a node with this config."""
+    return dict(_advertised(json.dumps(config, sort_keys=True)))
 
 
 class FakeMigManager(threading.Thread):
