@@ -148,6 +148,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from gpuvalues import pipeline
     from gpuvalues.io import files, present
 
+    if args.current:                   # re-plan against the running fleet: fewest changes
+        return cmd_replan(args)
     progress(args, f"planning {args.spec}")
     fleet = pipeline.fleet_of(args.spec, objective=args.objective or "gpus",
                               baselines=not args.no_baselines, time_limit=args.time_limit)
@@ -310,6 +312,21 @@ def cmd_remediate(args: argparse.Namespace) -> int:
     return controller.main(controller.options_from_args(args))
 
 
+def _replan_options(p: argparse.ArgumentParser, *, required: bool) -> None:
+    """The re-plan options (`plan --current`, and `replan`, the same command)."""
+    p.add_argument("--current", required=required, metavar="FILE",
+                   help="re-plan against the current layout: a mig-parted config with `nodes` "
+                        "(node -> labels), or an inventory; fewest GPUs, then fewest node changes")
+    p.add_argument("--gpu-slack", type=int, default=0, metavar="N",
+                   help="with --current: accept up to N GPUs above the fewest if that saves node changes")
+    p.add_argument("--max-node-changes", type=int, default=None, metavar="N",
+                   help="with --current: change at most N nodes")
+    p.add_argument("--max-unavailable-per-pool", type=int, default=None, metavar="N",
+                   help="with --current: change at most N nodes of any one pool (rollout drains N at a time)")
+    p.add_argument("--mig-parted-out", metavar="FILE",
+                   help="with --current: write the new mig-parted config here (atomically)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="gpuvalues", description=__doc__.splitlines()[0])
@@ -341,21 +358,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=float, default=30.0, help="solver time limit in seconds (default 30)")
     p.add_argument("--artifacts", metavar="DIR", help="write the node side (mig-parted config, device-plugin "
                    "configs, node labels) here: the same files as `values --artifacts`")
+    _replan_options(p, required=False)
     p.set_defaults(func=cmd_plan)
-    p = sub.add_parser("replan", help="re-plan a running fleet: fewest GPUs, then fewest node reconfigurations",
+    p = sub.add_parser("replan", help="the same as `plan --current`: re-plan a running fleet with the fewest node changes",
                        description="Re-plan the spec's demand against the fleet's current MIG layout: the fewest "
                                    "GPUs (within --gpu-slack), then the fewest nodes whose mig.config changes, "
                                    "under the drain budget. Reports GPUs used, nodes changed, pods displaced and "
                                    "the LP bound on both.")
     p.add_argument("spec", help="spec file (`-` for stdin)")
-    p.add_argument("--current", required=True, metavar="FILE",
-                   help="current layout: a mig-parted config with `nodes` (node -> labels), or an inventory")
-    p.add_argument("--gpu-slack", type=int, default=0, metavar="N",
-                   help="accept up to N GPUs above the fewest if that saves node changes (default 0)")
-    p.add_argument("--max-node-changes", type=int, default=None, metavar="N", help="change at most N nodes")
-    p.add_argument("--max-unavailable-per-pool", type=int, default=None, metavar="N",
-                   help="change at most N nodes of any one pool (rollout also drains at most N at a time)")
-    p.add_argument("--mig-parted-out", metavar="FILE", help="write the new mig-parted config here (atomically)")
+    _replan_options(p, required=True)
     p.add_argument("--time-limit", type=float, default=30.0, help="solver time limit in seconds (default 30)")
     p.set_defaults(func=cmd_replan)
     p = sub.add_parser("rollout", help="apply a re-plan's MIG changes in waves: cordon, drain (PDBs), relabel, "
