@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -143,7 +143,7 @@ def describe(waves: Sequence[Wave]) -> str:
             res = ", ".join(f"{k} {v}" for k, v in c.resources.items()) or "no MIG devices"
             lines += [f"  {c.node} ({c.pool}): {c.from_config or '(unconfigured)'} -> {c.to}",
                       f"    1. cordon {c.node}",
-                      f"    2. evict its GPU pods through the Eviction API (PodDisruptionBudgets honoured)",
+                      "    2. evict its GPU pods through the Eviction API (PodDisruptionBudgets honoured)",
                       f"    3. label {MIG_CONFIG_LABEL}={c.to}",
                       f"    4. wait for {MIG_STATE_LABEL}=success",
                       f"    5. check allocatable: {res}",

@@ -451,6 +451,45 @@ def _prices(pools: Sequence[NodePool], objective: str, prices: Mapping[str, floa
 _BANNER_SHOWN = False
 
 
+class Rows:
+    """The constraint rows of a HiGHS LP, added one at a time (row-wise sparse matrix);
+    `lp()` makes the `HighsLp`. Shared by the plan and the re-plan models."""
+
+    def __init__(self) -> None:
+        self.lower: list[float] = []
+        self.upper: list[float] = []
+        self.starts: list[int] = [0]
+        self.index: list[int] = []
+        self.value: list[float] = []
+
+    def add(self, entries, lo: float, hi: float) -> None:
+        """One row `lo <= sum(v * x[j] for j, v in entries) <= hi`."""
+        for j, v in entries:
+            self.index.append(j)
+            self.value.append(v)
+        self.starts.append(len(self.index))
+        self.lower.append(lo)
+        self.upper.append(hi)
+
+    def lp(self, cost, lower, upper, *, integer: bool, offset: float = 0.0) -> highspy.HighsLp:
+        """The LP (or MIP with `integer`) over these rows and columns."""
+        n = len(cost)
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = n, len(self.lower)
+        lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, lower, upper
+        lp.offset_ = offset
+        lp.row_lower_ = np.array(self.lower, dtype=float)
+        lp.row_upper_ = np.array(self.upper, dtype=float)
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+        lp.a_matrix_.start_ = np.array(self.starts, dtype=np.int32)
+        lp.a_matrix_.index_ = np.array(self.index, dtype=np.int32)
+        lp.a_matrix_.value_ = np.array(self.value, dtype=float)
+        lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, len(self.lower)
+        if integer:
+            lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+        return lp
+
+
 def _new_highs() -> highspy.Highs:
     """A Highs instance; the first one prints a banner on fd 1 (C level), which would corrupt
     `--output json`, so that one is built with fd 1 pointed at /dev/null."""
@@ -491,16 +530,8 @@ def _solve(model: _Model, demands: Sequence[ModelDemand], costs: list[float], *,
     for i, c in enumerate(cols):
         if c[0] == "x":
             cost[i] = costs[c[1]]
-    rows_lo, rows_hi, starts, index, value = [], [], [0], [], []
-
-    def add_row(entries, lo, hi):
-        for j, v in entries:
-            index.append(j)
-            value.append(v)
-        starts.append(len(index))
-        rows_lo.append(lo)
-        rows_hi.append(hi)
-
+    rows = Rows()
+    add_row = rows.add
     inf = highspy.kHighsInf
     for k, keys in enumerate(model.layouts):
         if capacity and k not in relax:
@@ -516,22 +547,7 @@ def _solve(model: _Model, demands: Sequence[ModelDemand], costs: list[float], *,
     for m, d in enumerate(demands):
         entries = [(col_index[("z", k, it, mm)], w) for (k, it, mm), w in model.weights.items() if mm == m]
         add_row(entries, _need(d) if needs is None else needs[m], inf)
-    lp = highspy.HighsLp()
-    lp.num_col_ = n
-    lp.num_row_ = len(rows_lo)
-    lp.col_cost_ = cost
-    lp.col_lower_ = np.zeros(n)
-    lp.col_upper_ = np.full(n, inf)
-    lp.row_lower_ = np.array(rows_lo, dtype=float)
-    lp.row_upper_ = np.array(rows_hi, dtype=float)
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-    lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
-    lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
-    lp.a_matrix_.value_ = np.array(value, dtype=float)
-    lp.a_matrix_.num_col_ = n
-    lp.a_matrix_.num_row_ = len(rows_lo)
-    if integer:
-        lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+    lp = rows.lp(cost, np.zeros(n), np.full(n, inf), integer=integer)
     h = _new_highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)

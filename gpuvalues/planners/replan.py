@@ -35,7 +35,7 @@ import math
 import time
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import highspy
 import numpy as np
@@ -193,15 +193,8 @@ def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node
             upper[i] = len(groups[c[1]][c[2]].nodes)
             if fix_keep is not None and (c[1], c[2]) in fix_keep:
                 lower[i] = upper[i] = fix_keep[(c[1], c[2])]
-    rows_lo, rows_hi, starts, index, value = [], [], [0], [], []
-
-    def add_row(entries, lo, hi):
-        for j, v in entries:
-            index.append(j)
-            value.append(v)
-        starts.append(len(index))
-        rows_lo.append(lo)
-        rows_hi.append(hi)
+    rows = milp.Rows()
+    add_row = rows.add
 
     gpu_entries, change_terms, change_const = [], [], 0.0
     for k, keys in enumerate(model.layouts):
@@ -246,18 +239,7 @@ def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node
     if feasibility:
         cost[:] = 0.0
         offset = 0.0
-    lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = n, len(rows_lo)
-    lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, lower, upper
-    lp.offset_ = offset
-    lp.row_lower_, lp.row_upper_ = np.array(rows_lo, dtype=float), np.array(rows_hi, dtype=float)
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-    lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
-    lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
-    lp.a_matrix_.value_ = np.array(value, dtype=float)
-    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, len(rows_lo)
-    if integer:
-        lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+    lp = rows.lp(cost, lower, upper, integer=integer, offset=offset)
     h = milp._new_highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)

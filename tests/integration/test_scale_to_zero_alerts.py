@@ -43,6 +43,8 @@ def _series(unavailable: str, replicas: str, minutes: int) -> list[dict]:
     return [
         {"series": f"kube_deployment_status_replicas_unavailable{{{dep}}}", "values": unavailable},
         {"series": f"kube_deployment_spec_replicas{{{dep}}}", "values": replicas},
+        # a scale-up from zero is no rollout: every pod is of the current revision
+        {"series": f"kube_deployment_status_replicas_updated{{{dep}}}", "values": replicas},
         {"series": f"kube_horizontalpodautoscaler_status_current_replicas{{{hpa}}}", "values": replicas},
         {"series": f"kube_horizontalpodautoscaler_spec_max_replicas{{{hpa}}}", "values": f"4x{minutes}"},
         {"series": f"kube_horizontalpodautoscaler_spec_min_replicas{{{hpa}}}", "values": f"0x{minutes}"},

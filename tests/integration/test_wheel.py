@@ -5,6 +5,7 @@ public API is importable with its typing marker."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -22,8 +23,22 @@ def installed(tmp_path_factory):
     """(venv python, gpuvalues entry point) of a venv holding only the built wheel and
     its dependencies."""
     tmp = tmp_path_factory.mktemp("wheel")
+    # build from a copy of the checkout's files (as a clean clone has them): setuptools'
+    # build/ folder in a working tree could carry files the tree no longer has
+    src = tmp / "src"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, files):
+        path = ROOT / name
+        if not (path.exists() or path.is_symlink()):
+            continue                      # deleted in the working tree
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        if path.is_symlink():
+            os.symlink(os.readlink(path), src / name)
+        else:
+            shutil.copy2(path, src / name)
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                            str(tmp / "dist"), str(ROOT)], capture_output=True, text=True)
+                            str(tmp / "dist"), str(src)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
     (wheel,) = (tmp / "dist").glob("gpuvalues-*.whl")
     venv = tmp / "venv"
