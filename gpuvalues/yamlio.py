@@ -772,6 +772,8 @@ def _fast_dump(data: Any) -> str:
         pad = " " * ind
         if isinstance(v, dict):
             for i, (k, x) in enumerate(v.items()):
+                if k == "" or isinstance(k, (dict, list, tuple)):
+                    raise _NotSimple         # PyYAML writes these as `? key` (not simple)
                 pre = lead if i == 0 else pad
                 if x and isinstance(x, dict):
                     out.append(f"{pre}{atom(k)}:\n")
