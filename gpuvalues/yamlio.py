@@ -60,8 +60,10 @@ MAX_NESTING = 200
 # file: the chart's whole values.yaml has about a thousand. Counted on the event stream
 # (libyaml, about 1 us each) before anything is composed (about 25 us a node in Python).
 MAX_NODES = 100_000
-# Above this many nodes, load_text skips ruamel's slow round-trip reader (see load_text).
+# Above this many nodes or characters, load_text skips ruamel's slow round-trip reader
+# (about 100 us a node and 1 us a character; see load_text).
 ROUND_TRIP_LIMIT = 10_000
+ROUND_TRIP_CHARS = 1024 * 1024
 
 
 class NotRepresentable(Exception):
@@ -618,7 +620,7 @@ def load_text(text: str, source: str = "<string>", *, allow_empty: bool = False)
     from ruamel.yaml.error import MarkedYAMLError as RMarkedError
     from ruamel.yaml.error import YAMLError as RYAMLError
 
-    if nodes > ROUND_TRIP_LIMIT:
+    if nodes > ROUND_TRIP_LIMIT or len(text) > ROUND_TRIP_CHARS:
         # ruamel's pure-Python reader takes ~100 us a node: for big files, positions and
         # duplicate keys come from libyaml and the YAML 1.2 comparison (GV010) is skipped.
         _walk_pyyaml(text, pos, key_pos, source=source)
