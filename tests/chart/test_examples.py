@@ -11,6 +11,7 @@ import yaml
 from gpuvalues import cli, pipeline
 from gpuvalues.checks.built import build_all
 from gpuvalues.checks.spec import load_spec
+from gpuvalues.io.files import TREE_MARKER
 from tests.chart.chartlib import by_kind, k8s_errors, render
 from tests.chart.test_workload import one
 from tests.conftest import ROOT, run
@@ -69,11 +70,16 @@ def _affinity_values(dep, key):
     return [e["values"] for t in terms for e in t["matchExpressions"] if e["key"] == key]
 
 
+def _rendered(out):
+    """The objects `render -o DIR` wrote (each file but write_tree's marker)."""
+    return [yaml.safe_load(p.read_text()) for p in sorted(out.iterdir()) if p.name != TREE_MARKER]
+
+
 def test_tensor_parallel_pods_pin_to_the_nvlink_label(helm4, tmp_path):
     out = tmp_path / "m"
     assert cli.main(["render", str(ROOT / "examples" / "nvlink-tp8.yaml"), "-o", str(out),
                      "-q", "--helm", helm4]) == 0
-    objects = [yaml.safe_load(p.read_text()) for p in sorted(out.iterdir())]
+    objects = _rendered(out)
     assert _affinity_values(one(objects, "Deployment"), "nvidia.com/gpu.topology") == [["NV8"]]
 
 
@@ -81,7 +87,7 @@ def test_time_slicing_config_reaches_the_device_plugin(helm4, tmp_path):
     out = tmp_path / "m"
     assert cli.main(["render", str(ROOT / "examples" / "rtx4090-time-slicing.yaml"),
                      "-o", str(out), "-q", "--helm", helm4]) == 0
-    objects = [yaml.safe_load(p.read_text()) for p in sorted(out.iterdir())]
+    objects = _rendered(out)
     configs = [c for c in by_kind(objects, "ConfigMap") if "ts-4" in (c.get("data") or {})]
     assert len(configs) == 1
     ts = yaml.safe_load(configs[0]["data"]["ts-4"])["sharing"]["timeSlicing"]
@@ -98,9 +104,9 @@ def test_render_o_dir_one_file_per_object(helm4, tmp_path):
     proc = run([GV, "render", str(ROOT / "examples" / "single-a100.yaml"), "-o", str(out),
                 "--helm", helm4])
     assert proc.returncode == 0, proc.stderr
-    files = sorted(out.iterdir())
+    files = sorted(p for p in out.iterdir() if p.name != TREE_MARKER)
     assert len(files) == len(streamed)
-    assert not [f for f in os.listdir(out) if f.startswith(".")]      # no temp files left
+    assert [f for f in os.listdir(out) if f.startswith(".")] == [TREE_MARKER]   # no temp files left
     written = []
     for f in files:
         docs = [d for d in yaml.safe_load_all(f.read_text()) if d]
