@@ -43,8 +43,11 @@ def one_line(text: str) -> str:
 class GpuValuesError(ValueError):
     """Base class: bad input or an impossible request, never a bug in gpuvalues."""
 
+    code = "GV100"      # the class's code in CODES; an instance may carry a more exact one
+
     def __init__(self, message: str, *, source: str | None = None, line: int | None = None,
-                 column: int | None = None, field: str | None = None) -> None:
+                 column: int | None = None, field: str | None = None,
+                 code: str | None = None) -> None:
         message = one_line(message)
         super().__init__(message)
         self.message = message
@@ -52,6 +55,10 @@ class GpuValuesError(ValueError):
         self.line = line
         self.column = column
         self.field = one_line(field) if field else field
+        if code is not None:
+            if code not in CODES:
+                raise ValueError(f"unregistered error code {code!r}: add it to CODES")
+            self.code = code
 
     def __str__(self) -> str:
         where = ""
@@ -149,6 +156,19 @@ CODES = {
               "lower gpus / tensorParallel, or use nodes with more GPUs"),
     "GV013": ("memory need exceeds the GPU's memory",
               "use a GPU with more memory or split the model (tensorParallel)"),
+    "GV014": ("no node pool can host the workload",
+              "change the workload's sharing or nodePool, or add a pool that fits it"),
+    "GV015": ("the fleet does not fit its node pools at maxReplicas",
+              "lower maxReplicas, give workloads separate pools, or add nodes"),
+    "GV016": ("an autoscaler metric that nothing serves",
+              "enable the Prometheus adapter (platform.prometheusAdapter) or use KEDA"),
+    "GV017": ("a resource no node group offers",
+              "check the workload's sharing and the pool's device-plugin/MIG config"),
+    "GV018": ("two releases or objects with one name",
+              "rename a workload or give it another namespace"),
+    "GV019": ("a YAML, file or size limit was hit",
+              "fix the file; gpuvalues reads regular files only"),
+    "GV100": ("bad input", "fix the value the message names"),
 }
 
 

@@ -12,12 +12,20 @@ Each model is one YAML file in `gpuvalues/data/gpus/` that cites its sources. Pu
 - `parse_profile_name(name)` -> `(c, g, gb, attributes, negative_attributes)` with go-nvlib's syntax.
 - `mig_resource_name(profile)` -> the device plugin's resource (`nvidia.com/mig-1g.10gb.me`).
 - `gfd_product_label(name)` -> GFD's `nvidia.com/gpu.product` value for an nvidia-smi name.
+
+Memory comes in two kinds. `memory_gb` is the nominal size in the name (`1g.18gb` -> 18).
+`memory_gib` is the usable memory as NVIDIA's tools report it: per profile the "Memory GiB"
+column of `nvidia-smi mig -lgip`, per GPU `nvidia-smi`'s memory.total (MiB / 1024). Fit models
+against `memory_gib` (H200 `1g.18gb` holds 16.00 GiB: a 17.5 GB model does not fit). Values a
+data file does not publish are derived conservatively (`memory_gib_status == "derived"`):
+see `_derive_profile_gib` and `_derive_gpu_gib`.
 """
 from __future__ import annotations
 
 import functools
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -38,6 +46,9 @@ class MigProfile:
     max_instances: int
     starts: tuple[int, ...]
     id: int | None = None
+    memory_gib: float = 0.0
+    memory_gib_status: str = "derived"   # published = read from `nvidia-smi mig -lgip` output
+    aliases: tuple[str, ...] = ()        # names other driver branches print for this profile
 
     @property
     def attributes(self) -> tuple[str, ...]:
@@ -98,6 +109,23 @@ class GpuModel:
     pci_device_ids: tuple[str, ...]
     mig: MigGeometry | None
     source: str
+    memory_gib: float = 0.0
+    memory_gib_status: str = "derived"   # published = nvidia-smi memory.total in a cited output
+
+    @property
+    def placement_source(self) -> str | None:
+        """"published" when the placement data is `nvidia-smi mig -lgipp` output, "derived" when it
+        follows a stated rule, None without MIG."""
+        return self.mig.placement_status if self.mig else None
+
+    @property
+    def placement_warning(self) -> str | None:
+        """The warning a plan carries for a GPU whose MIG placements are derived, else None."""
+        if self.placement_source != "derived":
+            return None
+        return (f"{self.name}: MIG placements are derived, not read from published `nvidia-smi mig -lgipp` "
+                "output; check the plan's layouts on a real GPU before relying on them "
+                f"({Path(self.source).name}: placement_note)")
 
     @property
     def mig_capable(self) -> bool:
@@ -134,9 +162,13 @@ class GpuModel:
         return tuple(f"0x{i[2:].upper()}10DE" for i in self.pci_device_ids)
 
     def profile(self, name: str) -> MigProfile:
-        """The profile called `name` on this GPU, or a `CatalogError` listing the valid ones."""
+        """The profile called `name` (or a driver-branch alias of it, e.g. GB200 `1g.24gb` for
+        `1g.23gb`) on this GPU, or a `CatalogError` listing the valid ones."""
         for p in self.profiles:
             if p.name == name:
+                return p
+        for p in self.profiles:
+            if name in p.aliases:
                 return p
         if not self.mig:
             raise CatalogError(f"{self.name} has no MIG; profile {name!r} does not exist on it "
@@ -211,6 +243,75 @@ def _req(doc: Mapping[str, Any], key: str, source: str, field: str | None = None
     return doc[key]
 
 
+# Where no nvidia-smi output is cited, whole-GPU memory.total is the nominal GB times the lowest
+# ratio among the GPUs whose output we cite (L4: 23034 MiB of 24 GB, L40S: 46068 MiB of 48 GB).
+GPU_GIB_PER_NOMINAL_GB = 0.93
+
+
+def _floor2(x: float) -> float:
+    return math.floor(x * 100 + 1e-6) / 100
+
+
+def _gib_ratios(models: list["GpuModel"]) -> dict[tuple[str, float], float]:
+    """Lowest published `-lgip` GiB / nominal GB over the whole catalog, per memory fraction
+    (`("frac", slices / GPU slices)`) and per slice count (`("slices", n)`), e.g. fraction 1/8 ->
+    0.869 (GB200 1g.23gb: 20.00 GiB, gpu-operator#1303)."""
+    ratios: dict[tuple[str, float], float] = {}
+    for g in models:
+        for p in g.profiles:
+            if p.memory_gib_status == "published":
+                for key in (("frac", p.memory_slices / g.mig.memory_slices), ("slices", p.memory_slices)):
+                    ratios[key] = min(ratios.get(key, 1.0), p.memory_gib / p.memory_gb)
+    return ratios
+
+
+def _derive_profile_gib(profiles: tuple[MigProfile, ...], total_slices: int,
+                        ratios: Mapping[tuple[str, float], float]) -> tuple[MigProfile, ...]:
+    """Fill `memory_gib` of profiles without a published value, conservatively.
+
+    With published rows on the same GPU: linear in memory slices from the largest published
+    row of at most as many slices (usable memory per slice grows with instance size in every
+    published table, e.g. H200 16.00 / 32.25 / 69.50 / 139.75 GiB for 1/2/4/8 slices, so the
+    scaled value is a lower estimate). Without: the nominal GB times the catalog's lowest
+    published ratio for the same memory fraction or slice count (`_gib_ratios`; 0.85 if none).
+    """
+    published = [p for p in profiles if p.memory_gib_status == "published"]
+    out = []
+    for p in profiles:
+        if p.memory_gib_status == "published":
+            out.append(p)
+            continue
+        base = [q for q in published if q.memory_slices <= p.memory_slices]
+        if base:
+            size = max(q.memory_slices for q in base)
+            q = min((r for r in base if r.memory_slices == size), key=lambda r: r.memory_gib)
+            gib = q.memory_gib * p.memory_slices / q.memory_slices
+        else:
+            gib = p.memory_gb * min(ratios.get(("frac", p.memory_slices / total_slices), 0.85),
+                                    ratios.get(("slices", p.memory_slices), 0.85))
+        out.append(replace(p, memory_gib=_floor2(gib)))
+    return tuple(out)
+
+
+def _derive_gpu_gib(memory_gb: float, mig: MigGeometry | None) -> float:
+    """Usable whole-GPU memory when no nvidia-smi output is cited: the nominal GB times
+    GPU_GIB_PER_NOMINAL_GB, but never below the full MIG profile (MIG reserves memory)."""
+    gib = memory_gb * GPU_GIB_PER_NOMINAL_GB
+    if mig:
+        full = [p.memory_gib for p in mig.profiles if p.memory_slices == mig.memory_slices]
+        gib = max([gib, *full])
+    return _floor2(gib)
+
+
+def _derive(gpu: "GpuModel", ratios: Mapping[tuple[str, float], float]) -> "GpuModel":
+    """`gpu` with every unpublished `memory_gib` derived."""
+    mig = gpu.mig
+    if mig:
+        mig = replace(mig, profiles=_derive_profile_gib(mig.profiles, mig.memory_slices, ratios))
+    gib = gpu.memory_gib if gpu.memory_gib_status == "published" else _derive_gpu_gib(gpu.memory_gb, mig)
+    return replace(gpu, mig=mig, memory_gib=gib)
+
+
 def _load_file(path: Path) -> GpuModel:
     src = str(path)
     doc = parse_yaml(path.read_text(), source=src, error=CatalogError)
@@ -228,7 +329,12 @@ def _load_file(path: Path) -> GpuModel:
                 max_instances=int(_req(p, "max_instances", src, field)),
                 starts=tuple(int(s) for s in _req(p, "starts", src, field)),
                 id=p.get("id"),
+                memory_gib=float(p.get("memory_gib") or 0.0),
+                memory_gib_status="published" if p.get("memory_gib") else "derived",
+                aliases=tuple(str(a) for a in p.get("aliases") or ()),
             )
+            for a in prof.aliases:
+                parse_profile_name(a)
             parse_profile_name(prof.name)
             total = int(mig_doc["memory_slices"])
             bad = [s for s in prof.starts if s < 0 or s + prof.memory_slices > total]
@@ -253,7 +359,10 @@ def _load_file(path: Path) -> GpuModel:
             placement_status=str(mig_doc.get("placement_status", "derived")),
             placement_note=str(mig_doc.get("placement_note", "")),
         )
+    gpu_gib = doc.get("memory_gib")
     return GpuModel(
+        memory_gib=float(gpu_gib or 0.0),
+        memory_gib_status="published" if gpu_gib else "derived",
         name=str(_req(doc, "name", src)),
         description=str(doc.get("description", "")),
         architecture=str(doc.get("architecture", "")),
@@ -270,8 +379,10 @@ def _load_file(path: Path) -> GpuModel:
 def _catalog() -> tuple[dict[str, GpuModel], dict[str, str]]:
     models: dict[str, GpuModel] = {}
     index: dict[str, str] = {}
-    for path in sorted(DATA_DIR.glob("*.yaml")):
-        gpu = _load_file(path)
+    loaded = [(path, _load_file(path)) for path in sorted(DATA_DIR.glob("*.yaml"))]
+    ratios = _gib_ratios([g for _, g in loaded])
+    for path, gpu in loaded:
+        gpu = _derive(gpu, ratios)
         if gpu.name in models:
             raise CatalogError(f"duplicate GPU name {gpu.name!r}", source=str(path), field="name")
         models[gpu.name] = gpu

@@ -238,6 +238,7 @@ class Context:
     nvlink_source: str = ""               # where nvlink_group came from (for messages)
     memory_gb: float | None = None        # GPU memory one replica needs
     tensor_parallel: int | None = None
+    shared_replicas: int | None = None    # time-slicing/MPS replicas per GPU on those nodes
 
 
 def _get(values: Any, *path: str, default: Any = None) -> Any:
@@ -390,7 +391,7 @@ def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded 
         if replicas * count > ctx.inventory_gpus:
             add("GV005", f"maxReplicas {replicas} x {count} GPUs = {replicas * count} > "
                 f"{ctx.inventory_gpus} GPUs in the inventory", "autoscaling", "maxReplicas")
-    shared = _shared_replicas(values)
+    shared = _shared_replicas(values) or ctx.shared_replicas
     if ctx.inventory_gpus and mode == "shared" and shared:
         if replicas * count > ctx.inventory_gpus * shared:
             add("GV005", f"maxReplicas {replicas} x {count} shared replicas > "

@@ -40,6 +40,10 @@ def cross_field_findings(data: dict, loaded: yamlio.Loaded) -> list[Finding]:
             out.append(finding("GV000", f"no node pool named {w['nodePool']!r}; pools: "
                                f"{', '.join(sorted(names))}", f"workloads[{i}].nodePool",
                                loaded=loaded, at=at + ("nodePool",), hint="use a pool name"))
+        if "memoryGB" in w and "memoryGiB" in w:
+            out.append(finding("GV000", "give memoryGB or memoryGiB, not both",
+                               f"workloads[{i}].memoryGiB", loaded=loaded,
+                               at=at + ("memoryGiB",), hint="remove one"))
         if "gpus" in w and w.get("tensorParallel", 1) > w["gpus"]:
             out.append(finding("GV000", f"tensorParallel {w['tensorParallel']} needs at least "
                                f"that many GPUs, gpus is {w['gpus']}", f"workloads[{i}].gpus",

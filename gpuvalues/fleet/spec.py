@@ -15,6 +15,7 @@ from gpuvalues.errors import Finding, SpecError
 from gpuvalues.kube import kube_minor
 
 SHARING_MODES = ("auto", "whole", "mig", "time-slicing", "mps", "dra")
+GIB_PER_GB = 1e9 / 2**30      # memoryGB is decimal GB; GPUs report GiB
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Sharing:
     replicas_per_gpu: int | None = None
     mig_profile: str | None = None
     mig_strategy: str = "mixed"
+    rename_resource: bool = True     # shared replicas as nvidia.com/gpu.shared
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,15 @@ class Workload:
     sharing: Sharing | None = None          # None: the spec-wide sharing applies
     model_load_timeout_seconds: int | None = None
     model_pvc: str | None = None            # existing claim with the weights/repository
+    namespace: str = "gpu-inference"        # namespace of the workload's release
+    memory_gib_given: float | None = None   # `memoryGiB`, when the spec gives GiB
+
+    @property
+    def memory_gib(self) -> float | None:
+        """Memory one replica needs, in GiB (`memoryGiB`, else `memoryGB` converted)."""
+        if self.memory_gib_given is not None:
+            return self.memory_gib_given
+        return None if self.memory_gb is None else self.memory_gb * GIB_PER_GB
 
     @property
     def gpus_per_replica(self) -> int:
@@ -117,6 +128,8 @@ class Platform:
     prometheus_adapter: bool = True
     alerts: bool = True
     service_monitor: bool = False
+    namespace: str = "gpu-platform"
+    release_name: str = "gpu-platform"
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,7 @@ class Spec:
     autoscaling: Autoscaling = field(default_factory=Autoscaling)
     platform: Platform = field(default_factory=Platform)
     kubernetes_version: str = "1.34.0"
+    memory_headroom: float = 0.05
     loaded: yamlio.Loaded | None = field(default=None, compare=False, repr=False)
     warnings: tuple[Finding, ...] = ()
 
@@ -176,7 +190,8 @@ def _sharing(raw: Any) -> Sharing | None:
     if isinstance(raw, str):
         return Sharing(mode=raw)
     return Sharing(mode=raw["mode"], replicas_per_gpu=raw.get("replicasPerGpu"),
-                   mig_profile=raw.get("migProfile"), mig_strategy=raw.get("migStrategy", "mixed"))
+                   mig_profile=raw.get("migProfile"), mig_strategy=raw.get("migStrategy", "mixed"),
+                   rename_resource=raw.get("renameResource", True))
 
 
 def _kube_version(text: str) -> str:
@@ -209,7 +224,9 @@ def from_data(data: dict, *, base_dir: Path = Path("."), loaded: yamlio.Loaded |
             load=Load(load["peak"], load.get("base")) if load else None,
             node_pool=w.get("nodePool"), sharing=_sharing(w.get("sharing")),
             model_load_timeout_seconds=w.get("modelLoadTimeoutSeconds"),
-            model_pvc=w.get("modelPvc")))
+            model_pvc=w.get("modelPvc"),
+            namespace=w.get("namespace", data.get("namespace", "gpu-inference")),
+            memory_gib_given=w.get("memoryGiB")))
     a = data.get("autoscaling", {})
     pl = data.get("platform", {})
     return Spec(
@@ -221,7 +238,9 @@ def from_data(data: dict, *, base_dir: Path = Path("."), loaded: yamlio.Loaded |
         platform=Platform(pl.get("gpuOperator", False), pl.get("devicePlugin", True),
                           pl.get("gpuFeatureDiscovery", False), pl.get("dcgmExporter", True),
                           pl.get("prometheusAdapter", True), pl.get("alerts", True),
-                          pl.get("serviceMonitor", False)),
+                          pl.get("serviceMonitor", False), pl.get("namespace", "gpu-platform"),
+                          pl.get("releaseName", "gpu-platform")),
+        memory_headroom=data.get("memoryHeadroom", 0.05),
         kubernetes_version=_kube_version(data.get("kubernetesVersion", "1.34.0")),
         loaded=loaded)
 

@@ -9,11 +9,11 @@ from gpuvalues.catalog import get_gpu
 from gpuvalues.io import output
 from gpuvalues.planners import mig
 from gpuvalues.planners.mig import Layout
-from gpuvalues.planners.milp import Plan
 from gpuvalues.planners.topology import DEFAULT_TOPOLOGY_KEY
 
 if TYPE_CHECKING:
-    from gpuvalues.fleet.builder import Values
+    from gpuvalues.planners.milp import Plan
+    from gpuvalues.fleet import Fleet
 
 _SVG_COLORS = {1: "#9ecae1", 2: "#a1d99b", 3: "#fdd0a2", 4: "#fdae6b", 7: "#bcbddc"}
 
@@ -23,27 +23,37 @@ def _xml(s: str) -> str:
 
 
 def plan_table(data: Mapping[str, Any], pictures: Sequence[tuple[str, str]] = ()) -> str:
-    """The people's view of `Plan.to_dict()`: summary, per-pool groups, layouts, baselines."""
-    from gpuvalues.io.output import table
-    out = [f"GPUs used: {data['gpus_used']}   cost: {data['cost']:g}   LP bound: {data['lp_bound']:.2f}   "
-           f"MIP bound: {data['mip_bound']:g}   gap: {data['gap']:.2%}   "
-           f"{'optimal' if data['optimal'] else 'NOT proven optimal'}   solve: {data['solve_seconds']:.3f}s", ""]
-    rows = []
-    for p in data["pools"]:
-        for g in p["gpu_groups"]:
-            models = Counter(i["model"] or "(spare)" for i in g["instances"])
-            rows.append([p["name"], p["gpu"], p["mode"], g["count"], g["layout"],
-                         ", ".join(f"{m} x{c}" for m, c in models.items())])
-    out.append(table(["pool", "gpu", "mode", "gpus", "layout", "models per GPU"], rows))
-    for title, pic in pictures:
-        out += [title, pic, ""]
-    out.append(table(["baseline", "gpus", "note"],
-                     [[b["name"], "n/a" if b["gpus"] is None else b["gpus"], b["note"]] for b in data["baselines"]]))
-    for p in data["pools"]:
-        for n in p["node_groups"]:
-            out.append(f"nodes: {n['count']} x {p['name']} labelled config {n['config']}")
-    for w in data["warnings"]:
-        out.append(f"warning: {w}")
+    """The people's view of `pipeline.plan_data`: workloads, node groups, the MIG solve
+    (bounds, per-GPU layouts, baselines) and notes."""
+    out = [f"GPUs in use: {data['gpus_in_use']} of {data['gpus_total']}", ""]
+    out.append(output.table(["workload", "pool", "resource", "per pod", "peak", "layout gives"],
+                            [[w["name"], w["pool"], w["resource"], w["per_pod"], w["peak_replicas"],
+                              w["units"]] for w in data["workloads"]]))
+    out.append(output.table(["node group", "pool", "nodes", "workloads", "labels"],
+                            [[g["name"], g["pool"], g["nodes"], ", ".join(g["workloads"]) or "-",
+                              ", ".join(f"{k}={v}" for k, v in g["labels"].items()) or "-"]
+                             for g in data["node_groups"]]))
+    mig = data.get("mig")
+    if mig:
+        out.append(f"MIG: {mig['gpus_used']} GPUs   LP bound: {mig['lp_bound']:.2f}   MIP bound: "
+                   f"{mig['mip_bound']:g}   gap: {mig['gap']:.2%}   "
+                   f"{'optimal' if mig['optimal'] else 'NOT proven optimal'}   "
+                   f"solve: {mig['solve_seconds']:.3f}s")
+        rows = []
+        for p in mig["pools"]:
+            for g in p["gpu_groups"]:
+                models = Counter(i["model"] or "(spare)" for i in g["instances"])
+                rows.append([p["name"], p["gpu"], g["count"], g["layout"],
+                             ", ".join(f"{m} x{c}" for m, c in models.items())])
+        out.append(output.table(["pool", "gpu", "gpus", "layout", "models per GPU"], rows))
+        for title, pic in pictures:
+            out += [title, pic, ""]
+        if mig["baselines"]:
+            out.append(output.table(["baseline", "gpus", "note"],
+                                    [[b["name"], "n/a" if b["gpus"] is None else b["gpus"], b["note"]]
+                                     for b in mig["baselines"]]))
+        out += [f"warning: {w}" for w in mig["warnings"]]
+    out += [f"note: {n}" for n in data["notes"]]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -167,20 +177,33 @@ def topology_table(data: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def values_table(built: Sequence[Values]) -> str:
-    """People's view of the build: one row per workload, then the decisions."""
+def values_table(fleet: Fleet) -> str:
+    """People's view of a fleet's releases: one row per release, then the decisions."""
     rows = []
-    for b in built:
-        v = b.values
+    for r in fleet.releases:
+        v = r.values
+        if r.is_platform:
+            parts = [k for k, x in v["platform"].items() if isinstance(x, dict) and x.get("enabled")]
+            rows.append([r.name, r.namespace, "platform", "-", "-", "-", ", ".join(parts) or "-"])
+            continue
         gpu = v["gpu"]
         unit = gpu["mode"] + (f" {gpu['mig']['profile']}" if gpu["mode"] == "mig" else "")
         a = v.get("autoscaling", {})
         metric = (a.get("metrics") or [{}])[0]
-        rows.append([b.workload, unit, gpu["count"], a.get("engine"),
+        rows.append([r.name, r.namespace, unit, gpu["count"], a.get("engine"),
                      f"{a.get('minReplicas', '-')}..{a.get('maxReplicas', '-')}",
                      f"{metric.get('name', '-')} {metric.get('target', '')}".strip()])
-    text = output.table(["workload", "gpu", "per pod", "autoscaling", "replicas", "metric"],
-                        rows)
-    for b in built:
-        text += "".join(f"\n{d}" for d in b.decisions)
+    text = output.table(["release", "namespace", "gpu", "per pod", "autoscaling", "replicas",
+                         "metric / parts"], rows)
+    for r in fleet.releases:
+        text += "".join(f"\n{d}" for d in r.decisions)
     return text + "\n"
+
+
+def scale_to_zero_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The trade side by side: GPU-hours saved against requests that waited for a cold start."""
+    from gpuvalues.io.output import table
+
+    cols = ["cooldown_s", "gpu_hours_min1", "gpu_hours_zero", "gpu_hours_saved", "saved_pct", "cold_starts",
+            "requests_waited", "waited_pct", "mean_wait_s", "max_wait_s"]
+    return table(cols, [[r[c] for c in cols] for r in rows])

@@ -20,7 +20,7 @@ import re
 import uuid
 from typing import Any, Mapping, Sequence
 
-from gpuvalues.catalog import GpuModel, get_gpu, mig_resource_name  # noqa: F401 (public re-export)
+from gpuvalues.catalog import GpuModel, get_gpu, gfd_product_label, mig_resource_name  # noqa: F401 (public re-export)
 from gpuvalues.errors import DevicePluginConfigError
 from gpuvalues.kube import is_dns_subdomain
 
@@ -245,6 +245,33 @@ def sharing_strategy(cfg: Mapping) -> str:
 def mps_max_clients(gpu: str | GpuModel) -> int:
     """MPS clients per device: 48 at compute capability >= 7.5, else 16 (mps/device.go)."""
     return 48 if get_gpu(gpu).compute_capability_tuple >= (7, 5) else 16
+
+
+def gfd_products(gpu: str | GpuModel, config: Mapping[str, Any] | None = None) -> list[str]:
+    """GFD's `nvidia.com/gpu.product` values for a GPU on a node running device-plugin
+    `config` (None: no sharing): the product name, with `-SHARED` appended only when a
+    time-slicing/MPS resource is shared and NOT renamed (k8s-device-plugin
+    internal/lm/resource.go: `if rl.isShared() && !rl.isRenamed()`; its test "time-slicing
+    renamed does not append suffix"). Every alias nvidia-smi may print is listed."""
+    g = get_gpu(gpu)
+    names = sorted({gfd_product_label(a) for a in (*g.aliases, g.name) if a.upper().startswith("NVIDIA")})
+    sharing = (config or {}).get("sharing") or {}
+    for block in (sharing.get("timeSlicing"), sharing.get("mps")):
+        if not block:
+            continue
+        renamed = all(r.get("rename") or block.get("renameByDefault") for r in block.get("resources", []))
+        if not renamed:
+            return [f"{n}-SHARED" for n in names]
+    return names
+
+
+def replicas_per_gpu(gpu: str | GpuModel, need_gib: float, sharing: str) -> int:
+    """Time-slicing/MPS replicas one GPU holds for a model needing `need_gib` GiB: as many
+    as its usable memory holds (time-slicing has no memory isolation, so the sum must fit),
+    and for MPS at most `mps_max_clients`. The one home of this rule (fleet and MILP)."""
+    g = get_gpu(gpu)
+    replicas = int(g.memory_gib // need_gib) if need_gib > 0 else 0
+    return min(replicas, mps_max_clients(g)) if sharing == "mps" else replicas
 
 
 def mps_client_limits(gpu: str | GpuModel, replicas: int) -> dict[str, int]:

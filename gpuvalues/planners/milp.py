@@ -464,7 +464,14 @@ def _new_highs() -> highspy.Highs:
 
 
 def _solve(model: _Model, demands: Sequence[ModelDemand], costs: list[float], *, integer: bool,
-           capacity: bool = True, time_limit: float = 30.0, abs_gap: float = 1e-6):
+           capacity: bool = True, time_limit: float = 30.0, abs_gap: float = 1e-6, rel_gap: float = 0.0,
+           start: np.ndarray | None = None, relax: frozenset[int] = frozenset(),
+           residual: tuple | None = None):
+    """Solve the configuration ILP (or its LP relaxation). `start`: a feasible solution HiGHS
+    starts from (the rounded LP); `relax`: pools whose capacity row is dropped (diagnosis);
+    `residual`: (spare instances {(pool, itype): n}, need per model, GPUs left per pool) to solve
+    what is left after a fixed part of the plan (LP rounding)."""
+    spare_built, needs, caps = residual if residual is not None else ({}, None, None)
     cols: list[tuple] = []  # ("x", k, layout_index) | ("z", k, itype, m)
     for k, keys in enumerate(model.layouts):
         for li in range(len(keys)):
@@ -489,18 +496,19 @@ def _solve(model: _Model, demands: Sequence[ModelDemand], costs: list[float], *,
 
     inf = highspy.kHighsInf
     for k, keys in enumerate(model.layouts):
-        if capacity:
-            add_row([(col_index[("x", k, li)], 1.0) for li in range(len(keys))], -inf, float(model.pools[k].capacity))
+        if capacity and k not in relax:
+            add_row([(col_index[("x", k, li)], 1.0) for li in range(len(keys))], -inf,
+                    float(model.pools[k].capacity if caps is None else caps[k]))
         for it in model.itypes[k]:
             z = [(col_index[("z", k, it.name, m)], 1.0) for m in range(len(demands)) if ("z", k, it.name, m) in col_index]
             if not z:
                 continue
             x = [(col_index[("x", k, li)], -float(dict(key).get(it.name, 0))) for li, key in enumerate(keys)
                  if dict(key).get(it.name, 0)]
-            add_row(z + x, -inf, 0.0)
+            add_row(z + x, -inf, float(spare_built.get((k, it.name), 0.0)))
     for m, d in enumerate(demands):
         entries = [(col_index[("z", k, it, mm)], w) for (k, it, mm), w in model.weights.items() if mm == m]
-        add_row(entries, _need(d), inf)
+        add_row(entries, _need(d) if needs is None else needs[m], inf)
     lp = highspy.HighsLp()
     lp.num_col_ = n
     lp.num_row_ = len(rows_lo)
@@ -521,11 +529,16 @@ def _solve(model: _Model, demands: Sequence[ModelDemand], costs: list[float], *,
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)
     h.setOptionValue("random_seed", 0)
-    h.setOptionValue("time_limit", float(time_limit))
+    h.setOptionValue("time_limit", max(float(time_limit), 1e-3))
     if integer:
-        h.setOptionValue("mip_rel_gap", 0.0)
+        h.setOptionValue("mip_rel_gap", float(rel_gap))
         h.setOptionValue("mip_abs_gap", abs_gap)
     h.passModel(lp)
+    if integer and start is not None:
+        warm = highspy.HighsSolution()
+        warm.col_value = list(map(float, start))
+        warm.value_valid = True
+        h.setSolution(warm)
     h.run()
     status = h.getModelStatus()
     info = h.getInfo()
@@ -554,13 +567,61 @@ def _diagnose(model: _Model, demands: Sequence[ModelDemand], costs: list[float])
             return PlanError(f"model {d.name!r} {why}; no instance in any pool can serve it ({'; '.join(sizes)}). "
                              "Add a pool with bigger GPUs, allow more profiles, or lower its memory need",
                              field=f"models.{d.name}")
-    need = _lp_bound(model, demands, [1.0] * len(model.pools), capacity=False)
-    have = sum(p.capacity for p in model.pools)
-    if need is not None:
-        return PlanError(f"the inventory is too small: the models need at least {math.ceil(need - 1e-6)} GPUs "
-                         f"(LP bound) but the pools hold {have} ({', '.join(f'{p.name}: {p.capacity}' for p in model.pools)}). "
-                         "Add nodes or lower replicas/throughput", field="pools")
-    return PlanError("no plan satisfies the workload mix on this inventory", field="pools")
+    return _capacity_diagnosis(model, demands)
+
+
+def _pool_usage(model: _Model, sol: np.ndarray, cols: list) -> list[float]:
+    use = [0.0] * len(model.pools)
+    for v, c in zip(sol, cols):
+        if c[0] == "x":
+            use[c[1]] += float(v)
+    return use
+
+
+def _capacity_diagnosis(model: _Model, demands: Sequence[ModelDemand]) -> PlanError:
+    """Why no plan fits, computed per pool with the binding constraint named:
+
+    1. a pool's capacity: with every other pool at its capacity, the LP still needs more of this
+       pool's GPUs than it holds (typically models pinned to it);
+    2. the inventory as a whole: the LP without capacities needs more GPUs than all pools hold;
+    3. integrality: the LP fits, but whole instances per GPU do not.
+    Each message states numbers that agree with its claim (never "need 28, hold 28")."""
+    pools, n = model.pools, len(model.pools)
+    status, _, sol, cols = _solve(model, demands, [1.0] * n, integer=False)
+    if status != highspy.HighsModelStatus.kOptimal:
+        need = _lp_bound(model, demands, [1.0] * n, capacity=False)
+        have = sum(p.capacity for p in pools)
+        if need is not None and math.ceil(need - 1e-6) > have:
+            return PlanError(f"the inventory is too small: the models need at least {math.ceil(need - 1e-6)} GPUs "
+                             f"(LP bound) but the pools hold {have} ({', '.join(f'{p.name}: {p.capacity}' for p in pools)}). "
+                             "Binding constraint: total capacity. Add nodes or lower replicas/throughput", field="pools")
+        short = []
+        for k in range(n):
+            # fewest GPUs of pool k with the others full: > its capacity means k's capacity binds
+            only_k = [1.0 if j == k else 0.0 for j in range(n)]
+            st, info, _, _ = _solve(model, demands, only_k, integer=False, relax=frozenset({k}))
+            if st == highspy.HighsModelStatus.kOptimal:
+                short.append((k, math.ceil(float(info.objective_function_value) - 1e-6)))
+        if short:
+            parts = []
+            for k, need_k in short:
+                pinned = [d.name for d in demands if d.pools is not None and pools[k].name in d.pools]
+                parts.append(f"pool {pools[k].name!r} ({get_gpu(pools[k].gpu).name}) needs at least {need_k} of its "
+                             f"GPUs (LP bound, the other pools full) but holds {pools[k].capacity}"
+                             + (f" (models that may only run there: {', '.join(pinned)})" if pinned else ""))
+            names = ", ".join(pools[k].name for k, _ in short)
+            return PlanError("a pool is too small: " + "; or ".join(parts) + f". Binding constraint: capacity of "
+                             f"pool {names}. Add nodes there, let the models use other pools, or lower "
+                             "replicas/throughput", field=f"pools.{pools[short[0][0]].name}")
+        return PlanError("no plan satisfies the workload mix on this inventory: no single pool's capacity "
+                         "explains it; check the models' pools and profiles", field="pools")
+    use = _pool_usage(model, sol, cols)
+    k = max(range(n), key=lambda j: use[j] / max(pools[j].capacity, 1))
+    return PlanError(f"no plan fits although the LP relaxation does ({sum(use):.1f} of "
+                     f"{sum(p.capacity for p in pools)} GPUs): binding constraint: whole MIG instances per GPU "
+                     f"(integrality: one instance serves one model), tightest in pool {pools[k].name!r} "
+                     f"(LP uses {use[k]:.1f} of its {pools[k].capacity}). Add nodes or lower replicas/throughput",
+                     field=f"pools.{pools[k].name}")
 
 
 def _values(sol, cols):
@@ -593,23 +654,187 @@ def _trim(z: dict, model: _Model, demands: Sequence[ModelDemand]) -> dict:
     return z
 
 
-def _run(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capacity=True):
+def _round_lp(model: _Model, demands: Sequence[ModelDemand], lp_sol: np.ndarray, cols: list,
+              capacity: bool = True) -> np.ndarray | None:
+    """A feasible integer solution from the LP optimum ("LP rounding"): floor the LP, cover each
+    model's residual need with its best-weighted instance type, then add GPUs of the layout that
+    builds the most missing instances until every instance used is built. None if that breaks a
+    pool's capacity. Work is per layout and model, never per GPU."""
+    col_index = {c: i for i, c in enumerate(cols)}
+    val = np.floor(np.maximum(lp_sol, 0.0) + 1e-9)
+    for m, d in enumerate(demands):
+        short = _need(d) - sum(w * val[col_index[("z",) + key]] for key, w in model.weights.items() if key[2] == m)
+        if short <= 1e-9:
+            continue
+        # prefer the type the LP used most for this model, then the heaviest weight
+        opts = [(lp_sol[col_index[("z",) + key]], w, key) for key, w in model.weights.items() if key[2] == m and w > 0]
+        if not opts:
+            return None
+        _, w, key = max(opts, key=lambda o: (o[0] > 1e-9, o[1]))
+        val[col_index[("z",) + key]] += math.ceil(short / w - 1e-9)
+    for k, keys in enumerate(model.layouts):
+        counts = [dict(key) for key in keys]
+        deficit = Counter()
+        for (kk, it, m) in model.weights:
+            if kk == k:
+                deficit[it] += val[col_index[("z", k, it, m)]]
+        for li, c in enumerate(counts):
+            for it, n in c.items():
+                deficit[it] -= n * val[col_index[("x", k, li)]]
+        while any(v > 1e-9 for v in deficit.values()):
+            gain = [(sum(min(n, max(deficit[it], 0)) for it, n in c.items()), li) for li, c in enumerate(counts)]
+            best, li = max(gain)
+            if best <= 0:
+                return None
+            # a batch of this layout: as many GPUs as its scarcest useful type still needs
+            batch = max(1, min(math.floor(deficit[it] / n) for it, n in counts[li].items() if deficit[it] >= n)
+                        if any(deficit[it] >= n for it, n in counts[li].items()) else 1)
+            val[col_index[("x", k, li)]] += batch
+            for it, n in counts[li].items():
+                deficit[it] -= n * batch
+        used = sum(val[col_index[("x", k, li)]] for li in range(len(keys)))
+        if capacity and used > model.pools[k].capacity:
+            return None
+    return val
+
+
+def _round_residual(model: _Model, demands: Sequence[ModelDemand], costs: list[float], lp_sol: np.ndarray,
+                    cols: list, capacity: bool, time_limit: float) -> np.ndarray | None:
+    """LP rounding with an exact remainder: keep the floor of the LP's GPUs and assignments, then
+    solve what is left (a few dozen GPUs whatever the fleet size, so small numbers HiGHS solves
+    fast) exactly within `time_limit`. None if that fails."""
+    col_index = {c: i for i, c in enumerate(cols)}
+    val = np.floor(np.maximum(lp_sol, 0.0) + 1e-9)
+    spare: dict[tuple[int, str], float] = {}
+    for k, keys in enumerate(model.layouts):
+        for it in model.itypes[k]:
+            built = sum(n * val[col_index[("x", k, li)]] for li, key in enumerate(keys)
+                        for name, n in key if name == it.name)
+            zs = sorted((col_index[("z", k, it.name, m)] for m in range(len(demands))
+                         if ("z", k, it.name, m) in col_index), key=lambda j: -val[j])
+            used = sum(val[j] for j in zs)
+            for j in zs:   # more assigned than the floored GPUs build: give the excess back
+                cut = min(val[j], max(used - built, 0))
+                val[j] -= cut
+                used -= cut
+            spare[(k, it.name)] = built - used
+    needs = []
+    for m, d in enumerate(demands):
+        got = sum(w * val[col_index[("z",) + key]] for key, w in model.weights.items() if key[2] == m)
+        needs.append(max(0.0, _need(d) - got))
+    caps = [model.pools[k].capacity - sum(val[col_index[("x", k, li)]] for li in range(len(keys)))
+            for k, keys in enumerate(model.layouts)]
+    if capacity and min(caps) < 0:
+        return None
+    integral = all(float(c).is_integer() for c in costs)
+    status, _, sol, _ = _solve(model, demands, costs, integer=True, capacity=capacity, time_limit=time_limit,
+                               abs_gap=0.999 if integral else 1e-6, residual=(spare, needs, caps))
+    if sol is None or status not in (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kTimeLimit):
+        return None
+    return val + np.round(sol)
+
+
+def _run(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capacity=True, rel_gap=0.0):
+    """Solve one model: LP, LP rounding as a warm start, then the MIP within `time_limit`; the
+    result is the better of the MIP's incumbent and the rounding (never worse than rounding).
+    Returns (model, None) when infeasible, else (model, (status, info, sol, cols, secs, lp, extra))
+    where extra has the objective, MIP bound and the rounding's objective."""
     model = _build(demands, pools, layout_rule)
     for m, d in enumerate(demands):
         if _need(d) > 0 and not any(mm == m for (_, _, mm) in model.weights):
             return model, None
     integral = all(float(c).is_integer() for c in costs)
     t0 = time.perf_counter()
-    status, info, sol, cols = _solve(model, demands, costs, integer=True, time_limit=time_limit,
-                                     abs_gap=0.999 if integral else 1e-6, capacity=capacity)
-    secs = time.perf_counter() - t0
-    if sol is None or status not in (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kTimeLimit):
+    lp_status, lp_info, lp_sol, cols = _solve(model, demands, costs, integer=False, capacity=capacity,
+                                              time_limit=time_limit)
+    if lp_status != highspy.HighsModelStatus.kOptimal or lp_sol is None:
         return model, None
-    lp = _lp_bound(model, demands, costs) if with_bounds else None
-    return model, (status, info, sol, cols, secs, lp)
+    lp = float(lp_info.objective_function_value)
+    cost_vec = np.array([costs[c[1]] if c[0] == "x" else 0.0 for c in cols])
+    rounded = _round_lp(model, demands, lp_sol, cols, capacity)
+    r_obj = float(cost_vec @ rounded) if rounded is not None else math.inf
+    lp_ceil = math.ceil(lp - 1e-6) if integral else lp
+    if r_obj > lp_ceil + 1e-9:   # not yet optimal: try the exact remainder on a slice of the time
+        better = _round_residual(model, demands, costs, lp_sol, cols, capacity,
+                                 min(1.0, time_limit / 4))
+        if better is not None and float(cost_vec @ better) < r_obj:
+            rounded, r_obj = better, float(cost_vec @ better)
+    left = time_limit - (time.perf_counter() - t0)
+    status, info, sol = highspy.HighsModelStatus.kTimeLimit, None, None
+    # A rounding that already meets the LP bound is optimal: the MIP then runs without it, so
+    # the plan keeps the solver's layouts rather than the LP vertex's (the rounding stays the
+    # fallback); otherwise it is the MIP's warm start.
+    proven = rounded is not None and lp_ceil >= r_obj - 1e-9
+    if left > 0:
+        status, info, sol, cols = _solve(model, demands, costs, integer=True, time_limit=left,
+                                         abs_gap=0.999 if integral else 1e-6, rel_gap=rel_gap,
+                                         start=None if proven else rounded, capacity=capacity)
+    secs = time.perf_counter() - t0
+    solved = sol is not None and status in (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kTimeLimit)
+    obj = float(info.objective_function_value) if solved else math.inf
+    bound = float(info.mip_dual_bound) if solved else lp
+    if not solved and rounded is None:
+        if status == highspy.HighsModelStatus.kTimeLimit:   # not proven infeasible: out of time
+            raise PlanError(f"no plan found within the time limit ({time_limit:g} s): raise it", field="time_limit")
+        return model, None
+    if r_obj < obj - 1e-9:   # the rounding beats the MIP's incumbent (time limit hit early)
+        sol, obj, status = rounded, r_obj, highspy.HighsModelStatus.kTimeLimit
+    bound = max(bound, lp)
+    extra = {"objective": obj, "bound": bound, "rounded": r_obj}
+    return model, (status, info, sol, cols, secs, lp if with_bounds else None, extra)
 
 
 # --------------------------------------------------------------------------- output
+
+def _assign_runs(slots: Sequence[tuple[str, int]], queues: dict[str, deque], count: int):
+    """Yield (instances-per-GPU models, repeat) for `count` identical GPUs whose instance types
+    are `slots` [(itype, start)], consuming the run-length `queues` ({itype: deque([model, n])},
+    None = spare). Identical GPUs are handled as counts: one step per change of assignment,
+    not one per GPU (a 262,144-GPU fleet takes a few hundred steps)."""
+    per: Counter = Counter(it for it, _ in slots)
+    while count > 0:
+        # how many GPUs in a row can take the queues' head models unchanged
+        repeat = count
+        for it, n in per.items():
+            q = queues[it]
+            if q:   # an empty queue leaves spares on every GPU: no limit
+                repeat = min(repeat, q[0][1] // n) if q[0][1] >= n else 1
+        models = []
+        for it, _ in slots:
+            q = queues[it]
+            if q:
+                models.append(q[0][0])
+                q[0][1] -= repeat
+                if q[0][1] <= 0:
+                    q.popleft()
+            else:
+                models.append(None)
+        yield tuple(models), repeat
+        count -= repeat
+
+
+def _chunk_nodes(keys: Sequence[tuple[Any, int]], per_node: int) -> Counter:
+    """Nodes of `per_node` GPUs from (layout key, count) runs in order, as a Counter of
+    device tuples (the last node padded with None); whole runs become node counts at once."""
+    nodes: Counter = Counter()
+    partial: list = []
+    for key, cnt in keys:
+        if partial:
+            take = min(cnt, per_node - len(partial))
+            partial.extend([key] * take)
+            cnt -= take
+            if len(partial) == per_node:
+                nodes[tuple(partial)] += 1
+                partial = []
+        if cnt >= per_node:
+            nodes[(key,) * per_node] += cnt // per_node
+            cnt %= per_node
+        if cnt:
+            partial = [key] * cnt
+    if partial:
+        nodes[tuple(partial) + (None,) * (per_node - len(partial))] += 1
+    return nodes
+
 
 def _pool_plans(model: _Model, demands, x, z) -> tuple[list[PoolPlan], dict, dict, dict]:
     pool_plans = []
@@ -621,35 +846,44 @@ def _pool_plans(model: _Model, demands, x, z) -> tuple[list[PoolPlan], dict, dic
         gpu = get_gpu(pool.gpu)
         mode = model.modes[k]
         keys = model.layouts[k]
-        # queue of models per instance type in this pool
-        queue: dict[str, deque[str]] = defaultdict(deque)
+        # run-length queue of models per instance type in this pool
+        queues: dict[str, deque] = defaultdict(deque)
         for (kk, it, m), v in sorted(z.items()):
-            if kk == k:
-                queue[it].extend([demands[m].name] * v)
-        gpus: list[tuple] = []  # (layout key, instances tuple)
+            if kk == k and v > 0:
+                queues[it].append([demands[m].name, v])
+        counted: Counter = Counter()   # (layout key, instances) -> GPUs
+        used_keys: list[tuple[Any, int]] = []
+        layouts: dict[Any, mig.Layout] = {}
         for li, key in enumerate(keys):
-            for _ in range(x.get((k, li), 0)):
-                if mode == "mig":
-                    placements = mig.place(gpu, dict(key))
-                    inst = tuple(Instance(p.profile, p.start, queue[p.profile].popleft() if queue[p.profile] else None)
-                                 for p in placements)
-                else:
-                    (it, cnt), = key
-                    inst = tuple(Instance(it, i, queue[it].popleft() if queue[it] else None) for i in range(cnt))
-                gpus.append((key, inst))
-        counted = Counter(gpus)
-        groups = tuple(GpuGroup(pool.name, mig.Layout(gpu.name, tuple(mig.place(gpu, dict(key)))) if mode == "mig" else None,
-                                inst, n)
+            cnt = x.get((k, li), 0)
+            if not cnt:
+                continue
+            used_keys.append((key, cnt))
+            if mode == "mig":
+                placements = tuple(mig.place(gpu, dict(key)))   # once per layout, not per GPU
+                layouts[key] = mig.Layout(gpu.name, placements)
+                slots = [(pl.profile, pl.start) for pl in placements]
+            else:
+                (it, n), = key
+                slots = [(it, i) for i in range(n)]
+            for models, rep in _assign_runs(slots, queues, cnt):
+                inst = tuple(Instance(it, st, mdl) for (it, st), mdl in zip(slots, models))
+                counted[(key, inst)] += rep
+        groups = tuple(GpuGroup(pool.name, layouts.get(key) if mode == "mig" else None, inst, n)
                        for (key, inst), n in sorted(counted.items(), key=lambda kv: (-kv[1], str(kv[0]))))
-        spare = Counter(i.profile for (key, inst) in gpus for i in inst if i.model is None)
+        n_gpus = sum(counted.values())
+        spare: Counter = Counter()
+        for (key, inst), n in counted.items():
+            for i in inst:
+                if i.model is None:
+                    spare[i.profile] += n
         unused = 0
         if mode == "mig":
-            unused = sum(gpu.mig.memory_slices - sum(gpu.profile(p).memory_slices * c for p, c in key) for key, _ in gpus)
+            unused = sum((gpu.mig.memory_slices - sum(gpu.profile(p).memory_slices * c for p, c in key)) * cnt
+                         for key, cnt in used_keys)
         # nodes: GPUs sorted by layout, chunked; identical nodes share a config
-        ordered = sorted((key for key, _ in gpus), key=str)
-        nodes = [tuple(ordered[i:i + pool.gpus_per_node]) for i in range(0, len(ordered), pool.gpus_per_node)]
-        nodes = [n + (None,) * (pool.gpus_per_node - len(n)) for n in nodes]
-        node_count = Counter(nodes)
+        node_count = _chunk_nodes(sorted(used_keys, key=lambda kc: str(kc[0])), pool.gpus_per_node)
+        n_nodes = sum(node_count.values())
         ngroups = []
         for idx, (devs, cnt) in enumerate(sorted(node_count.items(), key=lambda kv: (-kv[1], str(kv[0])))):
             name = f"{pool.name}-{idx + 1}" if len(node_count) > 1 else pool.name
@@ -673,7 +907,7 @@ def _pool_plans(model: _Model, demands, x, z) -> tuple[list[PoolPlan], dict, dic
         else:
             dp_configs[pool.name] = deviceplugin.build_device_plugin_config(sharing=mode, replicas=model.shared_r[k], gpu=gpu,
                                                                        mig_enabled=False)
-        pool_plans.append(PoolPlan(pool, mode, len(gpus), len(nodes), groups, tuple(ngroups), dict(spare), unused,
+        pool_plans.append(PoolPlan(pool, mode, n_gpus, n_nodes, groups, tuple(ngroups), dict(spare), unused,
                                    model.shared_r[k]))
     return pool_plans, node_configs, labels, dp_configs
 
@@ -692,6 +926,8 @@ def _warnings(model: _Model, demands) -> list[str]:
                        f"{lim['memory_limit_mib']} MiB (total / replicas) and {lim['active_thread_percentage']}% of the "
                        f"SMs; at most {deviceplugin.mps_max_clients(gpu)} clients at compute capability "
                        f"{gpu.compute_capability}; no error isolation between clients")
+        if model.modes[k] == "mig" and gpu.placement_warning:
+            out.append(f"pool {pool.name}: {gpu.placement_warning}")
         if model.modes[k] in ("time-slicing", "mps") and any(d.throughput is not None for d in demands):
             out.append(f"pool {pool.name}: shared-slot throughput comes from your 'shared' entries; slots on one "
                        "GPU compete for it")
@@ -699,22 +935,30 @@ def _warnings(model: _Model, demands) -> list[str]:
 
 
 def plan(demands: Sequence[ModelDemand], pools: Sequence[NodePool], *, objective: str = "gpus",
-         prices: Mapping[str, float] | None = None, baselines: bool = True, time_limit: float = 30.0) -> Plan:
-    """The optimal plan: per-pool GPU layouts, model -> instance assignment, configs, bounds, baselines."""
+         prices: Mapping[str, float] | None = None, baselines: bool = True, time_limit: float = 30.0,
+         gap_tolerance: float = 0.0) -> Plan:
+    """The optimal plan: per-pool GPU layouts, model -> instance assignment, configs, bounds, baselines.
+
+    `time_limit` (seconds) is shared by the solver and the baselines: the baselines get what the
+    solver leaves, and are reported as not computed when nothing is left. `gap_tolerance` stops
+    the solver once the plan is within that relative gap of the bound (0.001 = 0.1%). The plan
+    is never worse than rounding the LP solution (warm start and fallback)."""
     demands, pools = list(demands), list(pools)
     _check_inputs(demands, pools)
     if not time_limit > 0:  # HiGHS would ignore a negative limit (or NaN) and run unbounded
         raise PlanError(f"time limit must be > 0 seconds, got {time_limit!r}", field="time_limit")
+    if not 0 <= gap_tolerance < 1:
+        raise PlanError(f"gap tolerance must be in [0, 1), got {gap_tolerance!r}", field="gap_tolerance")
     costs = _prices(pools, objective, prices)
-    model, res = _run(demands, pools, costs, "optimal", time_limit)
+    deadline = time.perf_counter() + time_limit
+    model, res = _run(demands, pools, costs, "optimal", time_limit, rel_gap=gap_tolerance)
     if res is None:
         raise _diagnose(model, demands, costs)
-    status, info, sol, cols, secs, lp = res
+    status, info, sol, cols, secs, lp, extra = res
     x, z = _values(sol, cols)
     z = _trim(z, model, demands)
-    obj = float(info.objective_function_value)
-    bound = float(info.mip_dual_bound)
-    optimal = status == highspy.HighsModelStatus.kOptimal
+    obj, bound = extra["objective"], extra["bound"]
+    optimal = status == highspy.HighsModelStatus.kOptimal and gap_tolerance == 0
     if optimal and all(float(c).is_integer() for c in costs):
         # integral objective: HiGHS stopped with obj - bound <= 0.999 (mip_abs_gap), and the
         # ceiling of a lower bound on an integer objective is still a lower bound
@@ -726,10 +970,10 @@ def plan(demands: Sequence[ModelDemand], pools: Sequence[NodePool], *, objective
         served[d.name] = float(sum(v * model.weights[(k, it, mm)] for (k, it, mm), v in z.items() if mm == m))
     mp_cfg = migparted.build_mig_parted_config(node_configs) if node_configs else None
     warnings = _warnings(model, demands)
-    if not optimal:
+    if not optimal and gap_tolerance == 0:
         warnings.append(f"solver stopped at the time limit ({time_limit:g} s): gap {gap:.2%}; the plan is valid "
                         "but may not be optimal")
-    base = tuple(_baselines(demands, pools, costs)) if baselines else ()
+    base = tuple(_baselines(demands, pools, costs, deadline)) if baselines else ()
     return Plan(objective=objective, pools=tuple(pool_plans),
                 gpus_used=sum(p.gpus_used for p in pool_plans),
                 cost=float(sum(costs[k] * p.gpus_used for k, p in enumerate(pool_plans))),
@@ -745,11 +989,16 @@ BASELINES = (("whole-gpu", "whole", "one whole GPU per replica (MIG off): the se
                                   "instance get whole GPUs"))
 
 
-def _baselines(demands, pools, costs) -> list[Baseline]:
+def _baselines(demands, pools, costs, deadline: float | None = None) -> list[Baseline]:
     """Each baseline solved exactly too; if the inventory is too small for it, solved again
-    without pool capacities so it still reports how many GPUs it would take."""
+    without pool capacities so it still reports how many GPUs it would take. All share what is
+    left of the plan's time limit (`deadline`, perf_counter seconds)."""
     out = []
     for name, rule, note in BASELINES:
+        left = 30.0 if deadline is None else deadline - time.perf_counter()
+        if left <= 0:
+            out.append(Baseline(name, None, None, f"{note}; not computed: the time limit was used up"))
+            continue
         try:
             dem, bpools = demands, pools
             if rule == "whole":
@@ -757,9 +1006,10 @@ def _baselines(demands, pools, costs) -> list[Baseline]:
                 dem = [_whole_demand(d, pools) for d in demands]
                 bpools = [NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes, False, p.sharing, p.sharing_replicas,
                                    p.price_per_gpu) if not p.sharing else p for p in pools]
-            model, res = _run(dem, bpools, costs, "optimal" if rule == "whole" else rule, 30.0, with_bounds=False)
+            model, res = _run(dem, bpools, costs, "optimal" if rule == "whole" else rule, left, with_bounds=False)
             if res is None:
-                model, res = _run(dem, bpools, costs, "optimal" if rule == "whole" else rule, 30.0,
+                left = 30.0 if deadline is None else deadline - time.perf_counter()
+                model, res = _run(dem, bpools, costs, "optimal" if rule == "whole" else rule, max(left, 1e-3),
                                   with_bounds=False, capacity=False)
                 if res is not None:
                     note += f"; more than the inventory's {sum(p.capacity for p in pools)} GPUs"
@@ -770,9 +1020,11 @@ def _baselines(demands, pools, costs) -> list[Baseline]:
             why = _diagnose(model, dem if rule == "whole" else demands, costs).message
             out.append(Baseline(name, None, None, f"{note}; not possible: {why}"))
             continue
-        status, info, sol, cols, secs, _ = res
+        status, info, sol, cols, secs, _, _ = res
         x, _ = _values(sol, cols)
         gpus = sum(x.values())
+        if status != highspy.HighsModelStatus.kOptimal:
+            note += "; stopped at the time limit (best found)"
         cost = sum(costs[k] * v for (k, _), v in x.items())
         out.append(Baseline(name, gpus, float(cost), note))
     return out
@@ -817,3 +1069,14 @@ def sharing_plan(demands: Sequence[ModelDemand], gpu: str, mode: str, *, gpus: i
 # --------------------------------------------------------------------------- output
 
 
+
+
+def replan(demands: Sequence[ModelDemand], pools: Sequence[NodePool], current: Any, *, gpu_slack: int = 0,
+           max_node_changes: int | None = None, max_unavailable_per_pool: int | None = None,
+           time_limit: float = 30.0):
+    """Re-plan a running fleet: fewest GPUs (within `gpu_slack`), then fewest node
+    reconfigurations, under the drain budgets. `current` is a
+    `gpuvalues.planners.replan.CurrentLayout`; returns a `replan.Replan` (see that module)."""
+    from gpuvalues.planners import replan as _replan
+    return _replan.replan(demands, pools, current, gpu_slack=gpu_slack, max_node_changes=max_node_changes,
+                          max_unavailable_per_pool=max_unavailable_per_pool, time_limit=time_limit)

@@ -418,3 +418,114 @@ def plan_and_simulate(trace: Trace, *, replica_rps: float, gpus_per_replica: flo
     return SimReport(trace, plan, config, results)
 
 
+# --- scale to zero: GPU-hours saved vs requests that waited for a cold start -----------------
+
+@dataclass(frozen=True)
+class ScaleToZeroResult:
+    """One replay of a trace with KEDA-style scale to zero, against the same fleet kept at
+    one replica minimum. GPU-hours count a replica from its creation (a loading replica holds
+    its GPUs); requests that arrive while no replica is ready wait for the cold start."""
+
+    cooldown_s: float
+    cold_start_s: float
+    polling_s: float
+    gpu_hours_min1: float
+    gpu_hours_zero: float
+    cold_starts: int
+    requests: float
+    requests_waited: float
+    mean_wait_s: float
+    max_wait_s: float
+    time_at_zero_pct: float
+
+    def as_dict(self) -> dict[str, Any]:
+        saved = self.gpu_hours_min1 - self.gpu_hours_zero
+        return {"cooldown_s": self.cooldown_s, "cold_start_s": self.cold_start_s, "polling_s": self.polling_s,
+                "gpu_hours_min1": round(self.gpu_hours_min1, 3), "gpu_hours_zero": round(self.gpu_hours_zero, 3),
+                "gpu_hours_saved": round(saved, 3),
+                "saved_pct": round(100 * saved / self.gpu_hours_min1, 1) if self.gpu_hours_min1 else 0.0,
+                "cold_starts": self.cold_starts, "requests": round(self.requests, 1),
+                "requests_waited": round(self.requests_waited, 1),
+                "waited_pct": round(100 * self.requests_waited / self.requests, 2) if self.requests else 0.0,
+                "mean_wait_s": round(self.mean_wait_s, 1), "max_wait_s": round(self.max_wait_s, 1),
+                "time_at_zero_pct": round(self.time_at_zero_pct, 1)}
+
+
+def scale_to_zero(trace: Trace, *, replica_rps: float, cooldown_s: float, cold_start_s: float,
+                  gpus_per_replica: float = 1.0, polling_s: float = 15.0, activation_rps: float = 0.0,
+                  step_s: float = 1.0, max_replicas: int | None = None) -> ScaleToZeroResult:
+    """Replay `trace` with scale to zero as KEDA does it (keda pkg/scaling/executor/
+    scale_scaledobjects.go): every `polling_s` the activation trigger is read; above
+    `activation_rps` a workload at zero goes to one replica, which serves after
+    `cold_start_s`; it returns to zero once the load stayed at or below `activation_rps` for
+    `cooldown_s` (cooldownPeriod). Above one replica both runs follow the load alike (fluid:
+    ceil(load / replica_rps) replicas), so the difference is the 0 <-> 1 phase only. The
+    workload starts at zero. The baseline keeps at least one replica the whole time."""
+    for name, v in (("replica_rps", replica_rps), ("step_s", step_s), ("polling_s", polling_s)):
+        if not v > 0:
+            raise CapacityError(f"must be > 0, got {v!r}", field=name)
+    for name, v in (("cooldown_s", cooldown_s), ("cold_start_s", cold_start_s), ("activation_rps", activation_rps)):
+        if v < 0:
+            raise CapacityError(f"must be >= 0, got {v!r}", field=name)
+    t0, t_end = trace.times_s[0], trace.times_s[-1]
+    steps = int(round((t_end - t0) / step_s))
+    per_poll = max(1, int(round(polling_s / step_s)))
+    gpu_s_min1 = gpu_s_zero = 0.0
+    requests = waited = wait_sum = max_wait = 0.0
+    zero_s = 0.0
+    cold_starts = 0
+    state, ready_at, last_busy = "zero", 0.0, t0
+    held: list[tuple[float, float]] = []  # (arrival, requests) while at zero, waiting for activation
+    for i in range(steps):
+        t = t0 + i * step_s
+        load = trace.at(t)
+        n = max(1, math.ceil(load / replica_rps - 1e-9))
+        if max_replicas is not None:
+            n = min(n, max_replicas)
+        busy = load > activation_rps
+        arrived = load * step_s
+        requests += arrived
+        gpu_s_min1 += n * gpus_per_replica * step_s
+        if state == "zero" and busy and i % per_poll == 0:
+            state, ready_at, last_busy = "starting", t + cold_start_s, t
+            cold_starts += 1
+            for at, r in held:
+                waited += r
+                wait_sum += r * (ready_at - at)
+                max_wait = max(max_wait, ready_at - at)
+            held = []
+        if state == "starting" and t >= ready_at:
+            state = "on"
+        if state == "zero":
+            zero_s += step_s
+            if arrived:
+                held.append((t, arrived))
+            continue
+        if busy:
+            last_busy = t
+        if state == "starting":
+            gpu_s_zero += gpus_per_replica * step_s
+            if arrived:
+                waited += arrived
+                wait_sum += arrived * (ready_at - t)
+                max_wait = max(max_wait, ready_at - t)
+            continue
+        gpu_s_zero += n * gpus_per_replica * step_s
+        if t - last_busy >= cooldown_s and not busy:
+            state = "zero"
+    for at, r in held:  # still waiting when the trace ends: counted, with the wait so far
+        waited += r
+        wait_sum += r * (t_end - at)
+        max_wait = max(max_wait, t_end - at)
+    return ScaleToZeroResult(cooldown_s=cooldown_s, cold_start_s=cold_start_s, polling_s=polling_s,
+                             gpu_hours_min1=gpu_s_min1 / 3600, gpu_hours_zero=gpu_s_zero / 3600,
+                             cold_starts=cold_starts, requests=requests, requests_waited=waited,
+                             mean_wait_s=wait_sum / waited if waited else 0.0, max_wait_s=max_wait,
+                             time_at_zero_pct=100 * zero_s / (steps * step_s) if steps else 0.0)
+
+
+def scale_to_zero_sweep(trace: Trace, cooldowns_s: Sequence[float], **kw) -> list[ScaleToZeroResult]:
+    """`scale_to_zero` for each cooldown: the cost/latency trade, one row per cooldown."""
+    return [scale_to_zero(trace, cooldown_s=c, **kw) for c in cooldowns_s]
+
+
