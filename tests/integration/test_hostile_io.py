@@ -270,3 +270,10 @@ def test_unsupported_kubernetes_version(tmp_path):
     one_error(gv("values", path, "-o", tmp_path / "v.yaml"),
               f"{path}:2:20: kubernetesVersion: Kubernetes 1.999.0 has no bundled API schemas")
     assert not (tmp_path / "v.yaml").exists()
+
+
+def test_unsupported_kube_version_option_on_render(spec):
+    """`--kube-version` past the bundled schemas: one line naming the option, not
+    kubernetes_validate's VersionNotSupportedError traceback."""
+    one_error(gv("render", spec, "--kube-version", "1.999.0", timeout=120),
+              "--kube-version: Kubernetes 1.999.0 has no bundled API schemas")
