@@ -766,6 +766,8 @@ def _fast_dump(data: Any) -> str:
         return text
 
     out: list[str] = []
+    append = out.append
+    get = cache.get
 
     def emit(v: Any, ind: int, lead: str) -> None:
         if id(v) in seen:                    # shared: PyYAML writes an anchor and alias
@@ -777,14 +779,16 @@ def _fast_dump(data: Any) -> str:
                 if k == "" or isinstance(k, (dict, list, tuple)):
                     raise _NotSimple         # PyYAML writes these as `? key` (not simple)
                 pre = lead if i == 0 else pad
+                key = get((type(k), k)) or atom(k)
                 if x and isinstance(x, dict):
-                    out.append(f"{pre}{atom(k)}:\n")
+                    append(f"{pre}{key}:\n")
                     emit(x, ind + 2, " " * (ind + 2))
                 elif x and isinstance(x, list):      # PyYAML: indentless in a mapping
-                    out.append(f"{pre}{atom(k)}:\n")
+                    append(f"{pre}{key}:\n")
                     emit(x, ind, pad)
                 else:
-                    out.append(f"{pre}{atom(k)}: {atom(x)}\n")
+                    value = (get((type(x), x)) if not isinstance(x, (dict, list)) else None) or atom(x)
+                    append(f"{pre}{key}: {value}\n")
         else:
             for i, x in enumerate(v):
                 pre = lead if i == 0 else pad
@@ -808,7 +812,7 @@ def dump(data: Any, *, dumper: type | None = None) -> str:
     if dumper is None:
         try:
             return _fast_dump(data)
-        except (_NotSimple, RecursionError):
+        except (_NotSimple, RecursionError, TypeError):   # TypeError: unhashable values
             pass
     return yaml.dump(data, Dumper=dumper or yaml.SafeDumper, sort_keys=False,
                      allow_unicode=True, default_flow_style=False)
