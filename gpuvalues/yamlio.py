@@ -295,7 +295,8 @@ def _load_all(text: str) -> list:
         except ExcessiveAliasing:
             raise
         except yaml.YAMLError:
-            pass
+            if len(text) > ROUND_TRIP_CHARS:
+                raise              # the pure-Python reader would take a minute to say it
     return _documents(text, _HelmLoader)
 
 
@@ -849,6 +850,8 @@ def parse_yaml(text: str, *, source: str | None = None, error: type[GpuValuesErr
             raise error(f"YAML/JSON {what} to read", source=source, line=1, column=1) from None
         except yaml.YAMLError as exc:
             last = exc
+            if len(text) > ROUND_TRIP_CHARS:
+                break              # libyaml's message: the pure-Python reader is too slow here
     mark = getattr(last, "problem_mark", None)
     raise error(f"invalid YAML: {getattr(last, 'problem', None) or last}", source=source,
                 line=mark.line + 1 if mark else None,
