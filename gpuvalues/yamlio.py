@@ -60,8 +60,10 @@ MAX_NESTING = 200
 # file: the chart's whole values.yaml has about a thousand. Counted on the event stream
 # (libyaml, about 1 us each) before anything is composed (about 25 us a node in Python).
 MAX_NODES = 100_000
-# Above this many nodes, load_text skips ruamel's slow round-trip reader (see load_text).
+# Above this many nodes or characters, load_text skips ruamel's slow round-trip reader
+# (about 100 us a node and 1 us a character; see load_text).
 ROUND_TRIP_LIMIT = 10_000
+ROUND_TRIP_CHARS = 1024 * 1024
 
 
 class NotRepresentable(Exception):
@@ -293,7 +295,8 @@ def _load_all(text: str) -> list:
         except ExcessiveAliasing:
             raise
         except yaml.YAMLError:
-            pass
+            if len(text) > ROUND_TRIP_CHARS:
+                raise              # the pure-Python reader would take a minute to say it
     return _documents(text, _HelmLoader)
 
 
@@ -370,24 +373,26 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
           (stat.S_ISSOCK, "a socket"))
 
 
-def _too_big(size: int) -> str:
-    return (f"is {size / 2**20:.1f} MiB; gpuvalues reads files up to "
-            f"{MAX_INPUT_BYTES // 2**20} MiB (specs and values files are kilobytes)")
+def _too_big(size: int, limit: int = MAX_INPUT_BYTES) -> str:
+    what = " (specs and values files are kilobytes)" if limit == MAX_INPUT_BYTES else ""
+    return f"is {size / 2**20:.1f} MiB; gpuvalues reads files up to {limit // 2**20} MiB{what}"
 
 
 def read_input(path: str | Path, *, error: type[GpuValuesError] = SpecError,
-               expected: str = "a YAML file") -> tuple[bytes, str]:
+               expected: str = "a YAML file", max_bytes: int | None = None) -> tuple[bytes, str]:
     """The bytes of the regular file at `path` (`-`: stdin), and its display name.
 
     Refused with one `error` naming the file, before reading anything: a missing file, a
     directory, a FIFO, a device or a socket (a FIFO would block, /dev/zero never ends),
-    and more than MAX_INPUT_BYTES. The file is opened non-blocking and checked on the
-    open descriptor, so a path swapped for a FIFO after a check cannot block either.
+    and more than `max_bytes` (default MAX_INPUT_BYTES). The file is opened non-blocking
+    and checked on the open descriptor, so a path swapped for a FIFO after a check cannot
+    block either.
     """
+    limit = max_bytes or MAX_INPUT_BYTES
     if str(path) == STDIN:
-        data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
-        if len(data) > MAX_INPUT_BYTES:
-            raise error(f"standard input is more than {MAX_INPUT_BYTES // 2**20} MiB; "
+        data = sys.stdin.buffer.read(limit + 1)
+        if len(data) > limit:
+            raise error(f"standard input is more than {limit // 2**20} MiB; "
                         "gpuvalues reads inputs up to that size", source="<stdin>")
         return data, "<stdin>"
     source = str(path)
@@ -405,17 +410,17 @@ def read_input(path: str | Path, *, error: type[GpuValuesError] = SpecError,
             kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
             raise error(f"is {kind}, expected {expected} (gpuvalues reads only regular files)",
                         source=source)
-        if st.st_size > MAX_INPUT_BYTES:
-            raise error(_too_big(st.st_size), source=source)
+        if st.st_size > limit:
+            raise error(_too_big(st.st_size, limit), source=source)
         chunks, size = [], 0
         while True:                       # read to EOF, never past the limit (growing files)
-            chunk = os.read(fd, min(1 << 20, MAX_INPUT_BYTES + 1 - size))
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
-            if size > MAX_INPUT_BYTES:
-                raise error(_too_big(size), source=source)
+            if size > limit:
+                raise error(_too_big(size, limit), source=source)
         return b"".join(chunks), source
     except OSError as exc:
         raise error(f"cannot read: {exc.strerror}", source=source) from None
@@ -616,7 +621,7 @@ def load_text(text: str, source: str = "<string>", *, allow_empty: bool = False)
     from ruamel.yaml.error import MarkedYAMLError as RMarkedError
     from ruamel.yaml.error import YAMLError as RYAMLError
 
-    if nodes > ROUND_TRIP_LIMIT:
+    if nodes > ROUND_TRIP_LIMIT or len(text) > ROUND_TRIP_CHARS:
         # ruamel's pure-Python reader takes ~100 us a node: for big files, positions and
         # duplicate keys come from libyaml and the YAML 1.2 comparison (GV010) is skipped.
         _walk_pyyaml(text, pos, key_pos, source=source)
@@ -712,9 +717,106 @@ def expect_mapping(loaded: Loaded, what: str = "file") -> Loaded:
     return loaded
 
 
-def dump(data: Any) -> str:
-    """YAML text for plain data, keys in insertion order (what `values` writes)."""
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
+# The inventory of a 5,000-node cluster spent 75% of its time in PyYAML's pure-Python
+# emitter (and libyaml's emitter still runs PyYAML's Python representer per value). For
+# the common case, nested mappings and lists whose strings are printable ASCII without
+# blanks (labels, names, quantities: nothing to fold, escape or anchor), `_fast_dump`
+# writes PyYAML's block layout itself and asks PyYAML only for the text of each distinct
+# scalar, so the text is PyYAML's by construction (tests/unit/test_hostile_bounds.py
+# compares the two on generated data). Anything else goes through PyYAML as before.
+_SIMPLE = re.compile(r"[!-~]{0,64}")  # printable ASCII, no blank, short
+_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./-]*")
+_RESOLVER = yaml.resolver.Resolver()
+
+
+class _NotSimple(Exception):
+    """Data `_fast_dump` does not write (PyYAML does)."""
+
+
+def _fast_dump(data: Any) -> str:
+    """PyYAML's block-style text for simple data (see above); _NotSimple otherwise."""
+    cache: dict = {}
+    seen: set[int] = set()
+
+    def atom(v: Any) -> str:
+        if isinstance(v, dict):
+            return "{}"
+        if isinstance(v, list):
+            return "[]"
+        key = (type(v), v)
+        text = cache.get(key)
+        if text is None:
+            if isinstance(v, str):
+                if not _SIMPLE.fullmatch(v):
+                    raise _NotSimple
+                # Plain for sure: alphanumeric start, no indicator, read back as a string
+                # (the check PyYAML's emitter makes); anything else is PyYAML's to quote.
+                if _PLAIN.fullmatch(v) and _RESOLVER.resolve(yaml.ScalarNode, v, (True, False)) \
+                        == "tag:yaml.org,2002:str":
+                    text = v
+            elif isinstance(v, bool) or v is None:
+                text = {True: "true", False: "false", None: "null"}[v]
+            elif isinstance(v, int):
+                text = str(v)                # SafeRepresenter.represent_int
+            elif not isinstance(v, float):
+                raise _NotSimple
+            if text is None:
+                text = yaml.dump(v, Dumper=yaml.SafeDumper, allow_unicode=True)
+                text = text[:-5] if text.endswith("\n...\n") else text.rstrip("\n")
+            cache[key] = text
+        return text
+
+    out: list[str] = []
+    append = out.append
+    get = cache.get
+
+    def emit(v: Any, ind: int, lead: str) -> None:
+        if id(v) in seen:                    # shared: PyYAML writes an anchor and alias
+            raise _NotSimple
+        seen.add(id(v))
+        pad = " " * ind
+        if isinstance(v, dict):
+            for i, (k, x) in enumerate(v.items()):
+                if k == "" or isinstance(k, (dict, list, tuple)):
+                    raise _NotSimple         # PyYAML writes these as `? key` (not simple)
+                pre = lead if i == 0 else pad
+                key = get((type(k), k)) or atom(k)
+                if x and isinstance(x, dict):
+                    append(f"{pre}{key}:\n")
+                    emit(x, ind + 2, " " * (ind + 2))
+                elif x and isinstance(x, list):      # PyYAML: indentless in a mapping
+                    append(f"{pre}{key}:\n")
+                    emit(x, ind, pad)
+                else:
+                    value = (get((type(x), x)) if not isinstance(x, (dict, list)) else None) or atom(x)
+                    append(f"{pre}{key}: {value}\n")
+        else:
+            for i, x in enumerate(v):
+                pre = lead if i == 0 else pad
+                if x and isinstance(x, (dict, list)):
+                    emit(x, ind + 2, pre + "- ")
+                else:
+                    out.append(f"{pre}- {atom(x)}\n")
+
+    if not isinstance(data, (dict, list)):
+        raise _NotSimple
+    if not data:
+        return atom(data) + "\n"
+    emit(data, 0, "")
+    return "".join(out)
+
+
+def dump(data: Any, *, dumper: type | None = None) -> str:
+    """YAML text for plain data, keys in insertion order (what `values` writes). Simple
+    data is written by `_fast_dump` (the same text, about 10x faster); `dumper` forces a
+    PyYAML dumper class."""
+    if dumper is None:
+        try:
+            return _fast_dump(data)
+        except (_NotSimple, RecursionError, TypeError):   # TypeError: unhashable values
+            pass
+    return yaml.dump(data, Dumper=dumper or yaml.SafeDumper, sort_keys=False,
+                     allow_unicode=True, default_flow_style=False)
 
 
 # libyaml's reader is about 10x faster than PyYAML's pure-Python one (the catalog alone
@@ -748,6 +850,8 @@ def parse_yaml(text: str, *, source: str | None = None, error: type[GpuValuesErr
             raise error(f"YAML/JSON {what} to read", source=source, line=1, column=1) from None
         except yaml.YAMLError as exc:
             last = exc
+            if len(text) > ROUND_TRIP_CHARS:
+                break              # libyaml's message: the pure-Python reader is too slow here
     mark = getattr(last, "problem_mark", None)
     raise error(f"invalid YAML: {getattr(last, 'problem', None) or last}", source=source,
                 line=mark.line + 1 if mark else None,

@@ -153,7 +153,7 @@ def _error_findings(error: ValidationError, loaded: Loaded, prefix: tuple,
             if len(out) >= room:
                 skipped += 1
                 continue
-            close = difflib.get_close_matches(key, sorted(allowed), n=1)
+            close = difflib.get_close_matches(key, sorted(allowed), n=1) if len(key) <= 100 else []
             hint = f"did you mean {close[0]!r}?" if close else \
                 f"allowed keys: {', '.join(sorted(allowed))}" if allowed else ""
             line, col = loaded.position(path + (key,), key=True)

@@ -296,8 +296,8 @@ def write_tree(out_dir: str | os.PathLike, files: Mapping[str, str | bytes]) -> 
             raise _os_error(exc, shown) from None
         try:
             os.chmod(new, old_mode if old_mode is not None else 0o777 & ~_umask())
-            for name, data in {TREE_MARKER: "written by gpuvalues; the next write replaces "
-                                            "this directory's contents\n", **files}.items():
+            for name, data in {TREE_MARKER: "# written by gpuvalues render: the next render "
+                                            "into this directory replaces all of it\n", **files}.items():
                 fd = os.open(os.path.join(new, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
                 with os.fdopen(fd, "wb") as f:
                     f.write(_bytes(data))

@@ -205,15 +205,50 @@ def _check_load(servers: int, offered_load: float) -> None:
         raise CapacityError(f"offered load must be a finite number >= 0, got {offered_load!r}")
 
 
+# The most load (in Erlangs: requests/s over one replica's requests/s) sized: a million
+# replicas' worth is far past any cluster, and past it a typo such as
+# `throughputPerReplica: 1e-6` is far likelier than real demand.
+MAX_LOAD_ERLANGS = 1_000_000.0
+# Below this many servers the exact recursion is cheap; above it, _erlang_b_direct.
+_RECURSION_SERVERS = 2000
+
+
 def erlang_b(servers: int, offered_load: float) -> float:
-    """Erlang B blocking probability by the recursion B(k) = A B(k-1) / (k + A B(k-1)),
-    which stays within [0, 1] at every step (no factorials, no overflow)."""
+    """Erlang B blocking probability B(c, A).
+
+    Small c: the recursion B(k) = A B(k-1) / (k + A B(k-1)), which stays within [0, 1]
+    at every step (no factorials, no overflow). Large c: `_erlang_b_direct`, the same
+    number in O(sqrt(A) + |c - A|) steps instead of O(c).
+    """
     _check_load(servers, offered_load)
-    b = 1.0
     a = float(offered_load)
-    for k in range(1, servers + 1):
-        b = a * b / (k + a * b)
-    return b
+    if servers <= _RECURSION_SERVERS or a == 0:
+        b = 1.0
+        for k in range(1, servers + 1):
+            b = a * b / (k + a * b)
+        return b
+    return _erlang_b_direct(servers, a)
+
+
+def _erlang_b_direct(c: int, a: float) -> float:
+    """B(c, A) = 1 / sum_{j=0..c} prod_{i<j} (c - i) / A: the Poisson(A) probability of c
+    over that of at most c, summed in log space from j = 0 (the k = c term) downwards and
+    stopped once the terms fall 40 e-folds below the largest (they shrink faster than
+    geometrically past the mode, so the rest is < 1e-17 of the sum)."""
+    log_t = 0.0
+    peak = 0.0
+    total = 1.0                    # sum of exp(log_t - peak)
+    log_a = math.log(a)
+    for j in range(c):
+        log_t += math.log(c - j) - log_a
+        if log_t > peak:
+            total = total * math.exp(peak - log_t) + 1.0
+            peak = log_t
+        else:
+            total += math.exp(log_t - peak)
+            if log_t < peak - 40.0 and c - j - 1 < a:
+                break
+    return math.exp(-peak) / total
 
 
 def erlang_c(servers: int, offered_load: float) -> float:
@@ -242,33 +277,78 @@ def mmc_mean_wait(servers: int, arrival_rate: float, service_rate: float) -> flo
     return erlang_c(servers, load) / (servers * service_rate - arrival_rate)
 
 
+def _halfin_whitt_start(load: float, max_wait_probability: float) -> int:
+    """A replica count close to the smallest with P(wait) <= target: the Halfin-Whitt
+    square-root staffing c = A + beta sqrt(A), beta solving
+    alpha = 1 / (1 + beta Phi(beta) / phi(beta)) (Halfin & Whitt 1981), by bisection."""
+    def p_wait(beta: float) -> float:
+        phi = math.exp(-beta * beta / 2) / math.sqrt(2 * math.pi)
+        big_phi = 0.5 * (1 + math.erf(beta / math.sqrt(2)))
+        return 1.0 / (1.0 + beta * big_phi / phi)
+    lo, hi = 0.0, 40.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if p_wait(mid) > max_wait_probability:
+            lo = mid
+        else:
+            hi = mid
+    return max(1, math.floor(load + hi * math.sqrt(load)))
+
+
 def replicas_for_load(rate_rps: float, replica_rps: float, *, max_wait_probability: float = 0.2,
                       max_queue_wait_s: float | None = None) -> int:
     """The smallest replica count c with P(wait) <= `max_wait_probability` and, if given,
-    mean queue wait <= `max_queue_wait_s`, treating each replica as one M/M/c server."""
+    mean queue wait <= `max_queue_wait_s`, treating each replica as one M/M/c server.
+
+    Exact (Erlang C from Erlang B) and bounded: the search starts at the Halfin-Whitt
+    square-root staffing estimate, computes B there directly (O(sqrt(A)) steps) and walks
+    with the O(1) recursion B(k+1) = A B(k) / (k + 1 + A B(k)) (and its inverse down) to
+    the exact answer, a few steps away. Loads above MAX_LOAD_ERLANGS are refused with a
+    CapacityError (they come from a mistyped throughput, and would size millions of pods).
+    """
     if not (math.isfinite(rate_rps) and rate_rps >= 0):
         raise CapacityError(f"request rate must be a finite number >= 0, got {rate_rps!r}")
     if not (math.isfinite(replica_rps) and replica_rps > 0):
         raise CapacityError(f"per-replica throughput must be > 0, got {replica_rps!r}", field="replica_rps")
     if not 0 < max_wait_probability <= 1:
         raise CapacityError(f"must be in (0, 1], got {max_wait_probability}", field="max_wait_probability")
+    if max_queue_wait_s is not None and not (math.isfinite(max_queue_wait_s) and max_queue_wait_s > 0):
+        raise CapacityError(f"must be a finite number > 0, got {max_queue_wait_s!r}",
+                            field="max_queue_wait_s")
     if rate_rps == 0:
         return 1
     load = rate_rps / replica_rps
-    # Erlang B up to floor(A), then one step per extra server while checking Erlang C.
-    c = max(1, math.floor(load) + 1)
-    b = 1.0
-    for k in range(1, c + 1):
-        b = load * b / (k + load * b)
-    while True:
+    if not load <= MAX_LOAD_ERLANGS:
+        raise CapacityError(
+            f"load {rate_rps:g} req/s over {replica_rps:g} req/s per replica needs more than "
+            f"{MAX_LOAD_ERLANGS:,.0f} replicas; check throughputPerReplica (requests/s ONE "
+            "replica serves within the SLO) and the load", field="throughputPerReplica")
+
+    def ok(c: int, b: float) -> bool:
         p_wait = c * b / (c - load * (1.0 - b))
-        ok = p_wait <= max_wait_probability
-        if ok and max_queue_wait_s is not None:
-            ok = p_wait / (c * replica_rps - rate_rps) <= max_queue_wait_s
-        if ok:
-            return c
+        if p_wait > max_wait_probability:
+            return False
+        return max_queue_wait_s is None or p_wait / (c * replica_rps - rate_rps) <= max_queue_wait_s
+
+    floor_c = math.floor(load) + 1                   # the smallest stable count
+    c = max(floor_c, _halfin_whitt_start(load, max_wait_probability))
+    b = erlang_b(c, load)
+    # Down while the count below still qualifies (the estimate was high) ...
+    while c > floor_c:
+        below = c * b / (load * (1.0 - b))           # B(c-1) from B(c)
+        if not ok(c - 1, below):
+            break
+        c, b = c - 1, below
+    if ok(c, b):
+        return c
+    # ... else up until it does (bounded: P(wait) falls like exp(-beta^2 / 2)).
+    for _ in range(int(20 * math.sqrt(load)) + 1000):
         c += 1
         b = load * b / (c + load * b)
+        if ok(c, b):
+            return c
+    raise CapacityError(f"no replica count up to {c} meets a queue wait of {max_queue_wait_s} s "
+                        f"at {rate_rps:g} req/s; raise the wait SLO", field="max_queue_wait_s")
 
 
 # --------------------------------------------------------------------------- capacity

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from gpuvalues.errors import CapacityError
+from gpuvalues.planners.autoscaling import erlang_b
 from gpuvalues.planners.hpa import (
     DEFAULT_SYNC_PERIOD_S,
     HPA,
@@ -114,6 +115,12 @@ class SimMetric:
             raise CapacityError(f"target for {self.kind} must be > 0", field="metrics")
 
 
+# The most HPA sync steps one replay runs (a week at the 15 s default is 40,320) and the most
+# replicas it models: past them a run takes minutes and gigabytes, so it is refused first.
+MAX_STEPS = 200_000
+MAX_REPLICAS = 10_000
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """What is simulated: the Deployment, its metrics and the serving model."""
@@ -146,6 +153,10 @@ class SimConfig:
         if not 1 <= self.min_replicas <= self.max_replicas:
             raise CapacityError(f"need 1 <= minReplicas ({self.min_replicas}) <= maxReplicas ({self.max_replicas})",
                                 field="min_replicas")
+        if self.max_replicas > MAX_REPLICAS:
+            raise CapacityError(f"maxReplicas {self.max_replicas} is more than the {MAX_REPLICAS:,} "
+                                "replicas simulate models; check the load and --replica-rps",
+                                field="max_replicas")
 
 
 @dataclass(frozen=True)
@@ -167,9 +178,7 @@ def _erlang_lq(n: int, load: float) -> float:
     """Steady-state mean queue length L_q = C(n, A) A / (n - A) for A < n."""
     if load <= 0.0:
         return 0.0
-    b = 1.0
-    for k in range(1, n + 1):
-        b = load * b / (k + load * b)
+    b = erlang_b(n, load)          # bounded work for large n (autoscaling.erlang_b)
     c = n * b / (n - load * (1.0 - b))
     return c * load / (n - load)
 
@@ -203,7 +212,11 @@ def simulate(trace: Trace, config: SimConfig, behavior: Mapping[str, Any] | None
     first_scale = 100.0 if cfg.metrics[0].kind == "gpu_util" else 1.0
 
     t0 = trace.times_s[0]
-    steps = int(math.floor((trace.times_s[-1] - t0) / dt)) + 1
+    steps = math.floor((trace.times_s[-1] - t0) / dt) + 1
+    if steps > MAX_STEPS:
+        raise CapacityError(f"the trace spans {trace.times_s[-1] - t0:g} s: {steps:,} sync steps of "
+                            f"{dt:g} s, more than the {MAX_STEPS:,} one run may take; shorten the "
+                            "trace or raise --sync-s", source=trace.source, field="sync_s")
     start = cfg.initial_replicas if cfg.initial_replicas is not None else cfg.min_replicas
     created = [t0 - startup] * start  # creation times, oldest first; these start ready
     backlog = 0.0

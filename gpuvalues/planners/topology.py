@@ -42,6 +42,7 @@ What `topo -m` cannot show, and what we assume instead:
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -283,13 +284,64 @@ def _check_label(key: str, value: str) -> None:
 
 
 # -- the go-gpuallocator best-effort search ------------------------------------------
+# The most states the exact search may visit (class-count states, or candidate sets per
+# step); past it `allocate_best_effort` answers greedily (see there).
+MAX_SEARCH_STATES = 200_000
+
+
+class TopologyTooIrregular(Exception):
+    """The exact search would exceed MAX_SEARCH_STATES."""
+
+    def __init__(self, gpus: int, classes: int | None) -> None:
+        super().__init__(f"{gpus} GPUs in {classes} link classes" if classes else f"{gpus} GPUs")
+
+
+def _twin_classes(score: list[list[int]], m: int, alone: set[int]) -> list[int]:
+    """Class index per device: i and j share a class when score(i, k) == score(j, k) and
+    score(k, i) == score(k, j) for every other k (an equivalence: twins of twins are
+    twins, and a class's internal pair score is one number). Devices in `alone` (the
+    required ones) each get their own class."""
+    cls = [-1] * m
+    reps: list[int] = []
+    for i in range(m):
+        if i not in alone:
+            for c, r in enumerate(reps):
+                if r not in alone and all(score[i][k] == score[r][k] and score[k][i] == score[k][r]
+                                          for k in range(m) if k != i and k != r):
+                    cls[i] = c
+                    break
+        if cls[i] < 0:
+            cls[i] = len(reps)
+            reps.append(i)
+    return cls
+
+
+def _greedy_set(score: list[list[int]], m: int, req: list[int], size: int) -> tuple[int, ...]:
+    """The fallback past MAX_SEARCH_STATES: the required GPUs (or the best-scoring pair),
+    then repeatedly the GPU adding the most score (lowest index on ties)."""
+    chosen = list(req)
+    if not chosen:
+        a, b = max(itertools.combinations(range(m), 2), key=lambda p: (score[p[0]][p[1]], -p[0], -p[1]))
+        chosen = [a, b]
+    while len(chosen) < size:
+        nxt = max((i for i in range(m) if i not in chosen),
+                  key=lambda i: (sum(score[i][j] for j in chosen), -i))
+        chosen.append(nxt)
+    return tuple(chosen[:size])
+
+
 def allocate_best_effort(pair_score, available: Sequence[int], required: Sequence[int], size: int) -> tuple[int, ...]:
     """Port of go-gpuallocator's `bestEffortPolicy.Allocate` over a pair-score function.
 
     Same result as its exhaustive enumeration (first highest-scoring partition in its
     order, then that partition's first highest-scoring set), computed with a memoised
-    search so 16-GPU nodes stay fast. One deliberate difference: a padded set (fewer
-    than `size` GPUs) is never returned.
+    search over counts of interchangeable GPUs, so a 32-GPU node answers in milliseconds
+    (tests/unit/test_topology.py checks equality with the exhaustive enumeration). One
+    deliberate difference: a padded set (fewer than `size` GPUs) is never returned.
+
+    Bounded: when the search would pass MAX_SEARCH_STATES (large nodes whose GPUs are
+    all differently linked, or huge sets), the answer is `_greedy_set`'s instead, which
+    is not guaranteed to be upstream's choice.
     """
     avail = list(available)
     req = set(required)
@@ -317,6 +369,8 @@ def allocate_best_effort(pair_score, available: Sequence[int], required: Sequenc
         """Sets containing the lowest remaining device, in upstream iteration order."""
         items = [i for i in range(m) if mask >> i & 1]
         rest = items[1:]
+        if math.comb(len(rest), size - 1) > MAX_SEARCH_STATES:
+            raise TopologyTooIrregular(m, None)
         # Upstream enumerates combinations of positions [rest..., pad slots...] and drops those
         # with some but not all pads; build only the kept ones, then restore that order.
         keyed = [(combo, False) for combo in itertools.combinations(range(len(rest)), size - 1)]
@@ -332,23 +386,91 @@ def allocate_best_effort(pair_score, available: Sequence[int], required: Sequenc
             out.append((members, real_mask, used_pad, set_score(members)))
         return tuple(out)
 
+    # The best total of the rest, by GPU "link classes": GPUs with the same score to every
+    # other GPU (twins: every GPU of an NVSwitch node, each island of a 4x8 node) are
+    # interchangeable for the score, so the optimum depends only on how many of each class
+    # remain. Required GPUs get classes of their own. This is the memoised search over
+    # subsets above with subsets replaced by class counts: the same value, in
+    # prod(count + 1) states instead of 2^m (a 32-GPU NVSwitch node: 33).
+    cls = _twin_classes(score, m, {i for i in range(m) if req_mask >> i & 1})
+    n_cls = max(cls) + 1
+    rep = [cls.index(c) for c in range(n_cls)]
+    within = [score[rep[c]][next((j for j in range(m) if cls[j] == c and j != rep[c]), rep[c])]
+              for c in range(n_cls)]
+    between = [[score[rep[a]][rep[b]] for b in range(n_cls)] for a in range(n_cls)]
+    req_cls = {cls[i] for i in range(m) if req_mask >> i & 1}
+    states = 4
+    for c in range(n_cls):
+        states *= cls.count(c) + 1
+    too_many = states > MAX_SEARCH_STATES
+
+    def counts_of(mask: int) -> tuple[int, ...]:
+        out = [0] * n_cls
+        for i in range(m):
+            if mask >> i & 1:
+                out[cls[i]] += 1
+        return tuple(out)
+
+    def counts_score(k: tuple[int, ...]) -> int:
+        total = 0
+        for a in range(n_cls):
+            if k[a]:
+                total += k[a] * (k[a] - 1) // 2 * within[a]
+                for b in range(a + 1, n_cls):
+                    total += k[a] * k[b] * between[a][b]
+        return total
+
+    def sub_multisets(avail_k: tuple[int, ...], need: int, first: int):
+        """Class counts of `need` GPUs from `avail_k`, with at least one of class `first`."""
+        def rec(c: int, left: int, acc: list[int]):
+            if c == n_cls:
+                if left == 0:
+                    yield tuple(acc)
+                return
+            lo = 1 if c == first else 0
+            for k in range(lo, min(avail_k[c], left) + 1):
+                acc.append(k)
+                yield from rec(c + 1, left - k, acc)
+                acc.pop()
+        yield from rec(0, need, [])
+
     @lru_cache(maxsize=None)
-    def best(mask: int, pad_left: bool, satisfied: bool) -> int | None:
-        left = bin(mask).count("1") + (padding if pad_left else 0)
+    def best_k(k: tuple[int, ...], pad_left: bool, satisfied: bool) -> int | None:
+        left = sum(k) + (padding if pad_left else 0)
         if left == 0:
             return 0 if satisfied else None
-        if left == size:  # base case: the remaining devices form the last set
-            members = tuple(i for i in range(m) if mask >> i & 1) + ((pad,) * padding if pad_left else ())
-            ok = satisfied or (not (pad_left and padding) and mask & req_mask == req_mask)
-            return set_score(members) if ok else None
+        if left == size:
+            ok = satisfied or (not (pad_left and padding) and all(k[c] for c in req_cls))
+            return counts_score(k) if ok else None
+        first = next(c for c in range(n_cls) if k[c])
         top = None
-        for _members, real_mask, used_pad, own in choices(mask, pad_left):
-            ok = satisfied or (not used_pad and real_mask & req_mask == req_mask)
-            sub = best(mask & ~real_mask, pad_left and not used_pad, ok)
-            if sub is not None and (top is None or own + sub > top):
-                top = own + sub
+        options = [(size, False)]
+        if pad_left and size - 1 >= padding:
+            options.append((size - padding, True))
+        for need, used_pad in options:
+            for take in sub_multisets(k, need, first):
+                ok = satisfied or (not used_pad and all(take[c] for c in req_cls))
+                rest = tuple(a - b for a, b in zip(k, take))
+                sub = best_k(rest, pad_left and not used_pad, ok)
+                if sub is not None:
+                    own = counts_score(take)
+                    if top is None or own + sub > top:
+                        top = own + sub
         return top
 
+    def best(mask: int, pad_left: bool, satisfied: bool) -> int | None:
+        if too_many:
+            raise TopologyTooIrregular(m, n_cls)
+        return best_k(counts_of(mask), pad_left, satisfied)
+
+    try:
+        return _allocate_exact(m, size, padding, pad, req_mask, avail, set_score, choices, best)
+    except TopologyTooIrregular:
+        picked = _greedy_set(score, m, [i for i in range(m) if req_mask >> i & 1], size)
+        return tuple(sorted(avail[i] for i in picked))
+
+
+def _allocate_exact(m, size, padding, pad, req_mask, avail, set_score, choices, best) -> tuple[int, ...]:
     full = (1 << m) - 1
     target = best(full, padding > 0, False)
     if target is None:

@@ -10,7 +10,7 @@ import yaml
 
 from gpuvalues.bundle import chart_dir
 from gpuvalues.errors import RenderError
-from gpuvalues.kube import DEFAULT_KUBE_VERSION, kube_minor
+from gpuvalues.kube import DEFAULT_KUBE_VERSION, supported_kube_minor
 from gpuvalues.render.tools import find_helm
 from gpuvalues.yamlio import parse_yaml
 
@@ -54,7 +54,7 @@ def validate_manifests(objects: list[dict], kube_version: str = DEFAULT_KUBE_VER
     """
     import kubernetes_validate
 
-    minor = f"1.{kube_minor(kube_version)}"
+    minor = f"1.{supported_kube_minor(kube_version)}"   # one line, not VersionNotSupportedError
     for obj in objects:
         name = f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
         try:
