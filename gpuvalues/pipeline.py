@@ -20,7 +20,7 @@ from gpuvalues.checks.spec import check_spec, load_spec, parse_spec
 from gpuvalues.errors import Finding, GpuValuesError, ValidationFailed, errors_only
 from gpuvalues.fleet import Fleet, Release, build_fleet, expected_nodes
 from gpuvalues.io.files import write_atomic
-from gpuvalues.kube import kube_minor
+from gpuvalues.kube import supported_kube_minor
 
 __all__ = ["fleet_of", "plan_data", "rendered", "release_values_text", "combined_values",
            "write_values", "write_node_side", "install_commands", "check", "fit_report",
@@ -151,7 +151,7 @@ def rendered(spec_path: str | Path | None = None, *, values_path: str | Path | N
     from gpuvalues.render import helm as rendering
 
     if kube_version:
-        kube_minor(kube_version)              # a mistyped version is bad input, not a helm error
+        supported_kube_minor(kube_version)    # a mistyped or unsupported version is bad input
     if values_path:
         if spec_path:
             raise GpuValuesError("give a SPEC or --values FILE, not both")
@@ -280,7 +280,7 @@ def check(*, spec: str | Path | None = None, values: str | Path | None = None,
     or a values file (chart schema, semantic rules; with `spec` as context), all in one
     run. Unreadable or malformed YAML raises a SpecError (bad input) instead."""
     if kube_version:
-        kube_minor(kube_version)              # a mistyped version is bad input, not ignored
+        supported_kube_minor(kube_version)    # a mistyped or unsupported version is bad input
     if values:
         loaded = yamlio.expect_mapping(yamlio.load_yaml(values, allow_empty=True),
                                        "values file")

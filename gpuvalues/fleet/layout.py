@@ -23,7 +23,7 @@ from gpuvalues.errors import Finding, PlanError
 from gpuvalues.fleet.placement import Placement, spec_error
 from gpuvalues.fleet.spec import NodePool, Spec
 from gpuvalues.planners import deviceplugin, migparted, topology
-from gpuvalues.yamlio import format_path
+from gpuvalues.yamlio import format_path, read_text
 
 __all__ = ["NodeGroup", "Shortage", "Layout", "lay_out", "DEFAULT_DEVICE_PLUGIN_CONFIG"]
 
@@ -115,13 +115,8 @@ def _topology_labels(spec: Spec, pool: NodePool) -> dict[str, str]:
         return {}
     if topo.label:
         return {topology.DEFAULT_TOPOLOGY_KEY: topo.label}
-    at = ("cluster", "nodePools", spec.node_pools.index(pool), "topology", "file")
-    try:
-        text = topo.file.read_text()
-    except OSError as exc:
-        raise spec_error(PlanError, f"cannot read topology file {str(topo.file)!r}: "
-                         f"{exc.strerror}", spec, *at) from None
-    return topology.parse_topo_matrix(text, source=str(topo.file)).labels()
+    # regular files only, size-limited, one-line errors (yamlio); checks/spec confined the path
+    return topology.parse_topo_matrix(read_text(topo.file), source=str(topo.file)).labels()
 
 
 def _shared_config(spec: Spec, pool: NodePool, shared: Sequence[Placement]) -> tuple[str, dict]:
