@@ -220,7 +220,7 @@ def test_mistyped_kube_version_is_bad_input(capsys, tmp_path):
                  ("validate", "--values", dra, "--kube-version", "abc")):  # was an IndexError
         code, _, err = gv(capsys, *argv)
         assert code == 2 and len(err.splitlines()) == 1
-        assert err.startswith("gpuvalues: error: Kubernetes version 'abc' is not 1.MINOR")
+        assert err.startswith("gpuvalues: error: --kube-version: Kubernetes version 'abc' is not 1.MINOR")
 
 
 @pytest.mark.parametrize("argv", [("--best", "9"), ("--best", "0"), ("--best", "3", "--available", "1,2")])
