@@ -96,10 +96,17 @@ def workload_release(spec: Spec, wi: int, placement: Placement, layout: Layout,
             # vLLM pre-allocates --gpu-memory-utilization (default 0.9) of the whole GPU;
             # with time-slicing or MPS every replica on the GPU would, and all but one OOM.
             gpu_values["shared"]["memoryFraction"] = math.floor(90 / placement.replicas_per_gpu) / 100
-    model: dict = {"name": w.model}
-    if w.model_pvc:
-        model.update({"source": "pvc", "pvc": {"claimName": w.model_pvc}})
+    model = _model_values(spec, wi)
     values: dict = {"server": server, "model": model, "gpu": gpu_values}
+    if w.lora:
+        values["lora"] = {"adapters": [{"name": n, "source": s} for n, s in w.lora]}
+    if spec.gateway and w.server == "vllm":
+        ref = {"name": spec.gateway.name}
+        if spec.gateway.namespace:
+            ref["namespace"] = spec.gateway.namespace
+        if spec.gateway.section_name:
+            ref["sectionName"] = spec.gateway.section_name
+        values["gateway"] = {"enabled": True, "parentRefs": [ref]}
 
     # Topology: multi-GPU pods go to nodes whose NVLink group fits them.
     label, nvlink_group = _pool_topology(spec, placement, layout)
@@ -127,8 +134,11 @@ def workload_release(spec: Spec, wi: int, placement: Placement, layout: Layout,
         # workload pod exported_pod / exported_namespace
         autoscaling.setdefault("keda", {}).update(
             {"podLabel": "exported_pod", "namespaceLabel": "exported_namespace"})
+    if w.scale_to_zero:
+        _scale_to_zero(spec, wi, autoscaling, decisions)
     values["autoscaling"] = autoscaling
-    if p.service_monitor:
+    if p.service_monitor or (w.scale_to_zero and values.get("gateway")):
+        # scale to zero wakes on the endpoint picker's queue: Prometheus must scrape it
         values["serviceMonitor"] = {"enabled": True}
     values["platform"] = {
         "gpuOperator": p.gpu_operator,
@@ -143,6 +153,56 @@ def workload_release(spec: Spec, wi: int, placement: Placement, layout: Layout,
              "memory_gb": w.memory_gb, "tensor_parallel": w.tensor_parallel,
              "shared_replicas": placement.replicas_per_gpu}
     return Release(w.name, w.namespace, values, w.name, tuple(decisions), facts)
+
+
+def _model_values(spec: Spec, wi: int) -> dict:
+    """The chart's model block: the source of the weights and the size that sizes the
+    download volume and the ephemeral-storage limit."""
+    w = spec.workloads[wi]
+    model: dict = {"name": w.model}
+    if w.model_size_gb:
+        model["sizeGB"] = w.model_size_gb
+    src = w.model_source
+    if w.model_pvc:
+        model.update({"source": "pvc", "pvc": {"claimName": w.model_pvc}})
+    elif src is None or src.type == "download":
+        if src is not None:
+            model["source"] = "download"
+    elif src.type == "image":
+        if spec.kube_minor < 33:
+            raise spec_error(SpecError, f"modelSource image needs Kubernetes >= 1.33 (the image "
+                             f"volume source); the spec targets {spec.kubernetes_version}", spec,
+                             "workloads", wi, "modelSource", "type")
+        model.update({"source": "image", "image": {"reference": src.image}})
+    elif src.type == "streamer":
+        model.update({"source": "streamer", "streamer": {"uri": src.uri, **(
+            {"secretName": src.secret_name} if src.secret_name else {})}})
+    elif src.type == "cache":
+        pvc: dict = {"create": True}
+        if src.storage_class:
+            pvc["storageClassName"] = src.storage_class
+        model.update({"source": "pvc", "pvc": pvc})
+    return model
+
+
+def _scale_to_zero(spec: Spec, wi: int, autoscaling: dict, decisions: list) -> None:
+    """minReplicas 0 with what wakes the workload: KEDA on the inference gateway's queue
+    (the chart's activation query), or an HPA only where the cluster enables HPAScaleToZero."""
+    w = spec.workloads[wi]
+    if autoscaling["engine"] != "keda":
+        raise spec_error(SpecError, "scaleToZero needs autoscaling.engine keda (an HPA cannot scale "
+                         "from zero on its pods' metrics: there are no pods)", spec,
+                         "workloads", wi, "scaleToZero")
+    if not spec.gateway or w.server != "vllm":
+        raise spec_error(SpecError, "scaleToZero needs the inference gateway (spec `gateway`, vLLM "
+                         "workloads): its endpoint picker holds the first request and its queue "
+                         "wakes the workload", spec, "workloads", wi, "scaleToZero")
+    autoscaling["minReplicas"] = 0
+    keda = autoscaling.setdefault("keda", {})
+    keda["activationThreshold"] = "0"
+    keda["fallback"] = {"replicas": 1}
+    decisions.append(f"scale to zero: {w.name} idles at 0 replicas and wakes when a request waits "
+                     "in the gateway's queue (cold start up to modelLoadTimeoutSeconds)")
 
 
 def _config_of(placement: Placement, layout: Layout) -> str | None:

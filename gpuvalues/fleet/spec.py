@@ -91,6 +91,10 @@ class Workload:
     model_pvc: str | None = None            # existing claim with the weights/repository
     namespace: str = "gpu-inference"        # namespace of the workload's release
     memory_gib_given: float | None = None   # `memoryGiB`, when the spec gives GiB
+    model_size_gb: float | None = None      # weights on disk (download volume, ephemeral limit)
+    model_source: ModelSource | None = None
+    scale_to_zero: bool = False
+    lora: tuple[tuple[str, str], ...] = ()  # (name, source) adapters
 
     @property
     def memory_gib(self) -> float | None:
@@ -103,6 +107,26 @@ class Workload:
     def gpus_per_replica(self) -> int:
         """Whole GPUs one replica needs when it gets whole GPUs (>= tensorParallel)."""
         return max(self.gpus or 1, self.tensor_parallel)
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a workload's weights come from (`modelSource`): download | image | streamer | cache."""
+
+    type: str = "download"
+    image: str | None = None
+    uri: str | None = None
+    secret_name: str | None = None
+    storage_class: str | None = None
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """The Gateway every vLLM workload's HTTPRoute attaches to (`gateway`)."""
+
+    name: str
+    namespace: str | None = None
+    section_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +167,7 @@ class Spec:
     platform: Platform = field(default_factory=Platform)
     kubernetes_version: str = "1.34.0"
     memory_headroom: float = 0.05
+    gateway: Gateway | None = None
     loaded: yamlio.Loaded | None = field(default=None, compare=False, repr=False)
     warnings: tuple[Finding, ...] = ()
 
@@ -194,6 +219,13 @@ def _sharing(raw: Any) -> Sharing | None:
                    rename_resource=raw.get("renameResource", True))
 
 
+def _model_source(raw: Any) -> ModelSource | None:
+    if raw is None:
+        return None
+    return ModelSource(raw["type"], raw.get("image"), raw.get("uri"), raw.get("secretName"),
+                       raw.get("storageClassName"))
+
+
 def _kube_version(text: str) -> str:
     parts = text.lstrip("v").split(".")
     return ".".join(parts + ["0"] * (3 - len(parts)))
@@ -226,7 +258,10 @@ def from_data(data: dict, *, base_dir: Path = Path("."), loaded: yamlio.Loaded |
             model_load_timeout_seconds=w.get("modelLoadTimeoutSeconds"),
             model_pvc=w.get("modelPvc"),
             namespace=w.get("namespace", data.get("namespace", "gpu-inference")),
-            memory_gib_given=w.get("memoryGiB")))
+            memory_gib_given=w.get("memoryGiB"), model_size_gb=w.get("modelSizeGB"),
+            model_source=_model_source(w.get("modelSource")),
+            scale_to_zero=w.get("scaleToZero", False),
+            lora=tuple((a["name"], a["source"]) for a in w.get("lora", ()))))
     a = data.get("autoscaling", {})
     pl = data.get("platform", {})
     return Spec(
@@ -241,6 +276,8 @@ def from_data(data: dict, *, base_dir: Path = Path("."), loaded: yamlio.Loaded |
                           pl.get("serviceMonitor", False), pl.get("namespace", "gpu-platform"),
                           pl.get("releaseName", "gpu-platform")),
         memory_headroom=data.get("memoryHeadroom", 0.05),
+        gateway=Gateway(g["name"], g.get("namespace"), g.get("sectionName"))
+        if (g := data.get("gateway")) else None,
         kubernetes_version=_kube_version(data.get("kubernetesVersion", "1.34.0")),
         loaded=loaded)
 

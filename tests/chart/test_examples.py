@@ -50,6 +50,9 @@ EXPECT = {
     ("keda-fleet", "qwen-32b"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
     ("keda-fleet", "llama-8b"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
     ("keda-fleet", "phi-mini"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
+    ("serving-fleet", "llama-8b-lora"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
+    ("serving-fleet", "qwen-7b-image"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
+    ("serving-fleet", "mistral-rare"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
     ("dra-fleet", "llama-70b"): ({}, "HorizontalPodAutoscaler"),       # devices via a claim
     ("dra-fleet", "qwen-7b"): ({}, "HorizontalPodAutoscaler"),
 }

@@ -366,3 +366,38 @@ def test_vllm_queue_metric_gets_the_running_companion_when_the_slo_is_known():
     # without an SLO latency there is no basis for the running target: the queue alone
     builtin = fleet_of(BUILTIN).release("qwen").values["autoscaling"]["metrics"]
     assert [m["name"] for m in builtin] == ["vllm:num_requests_waiting"]
+
+
+def test_serving_features_from_the_spec():
+    """gateway, scaleToZero, LoRA adapters and model sources become the chart's values."""
+    fleet = fleet_of(EXAMPLES / "serving-fleet.yaml")
+    lora, image, rare = (fleet.release(n).values for n in
+                         ("llama-8b-lora", "qwen-7b-image", "mistral-rare"))
+    assert lora["lora"] == {"adapters": [{"name": "sql", "source": "org/llama-3.1-8b-sql-lora"},
+                                         {"name": "support", "source": "org/llama-3.1-8b-support-lora"}]}
+    assert lora["model"]["pvc"] == {"create": True, "storageClassName": "shared-rwx"}
+    assert lora["model"]["sizeGB"] == 16
+    assert image["model"]["source"] == "image"
+    assert rare["model"]["streamer"] == {"uri": "s3://models/mistral-7b-instruct-v0.3",
+                                         "secretName": "s3-models"}
+    for v in (lora, image, rare):
+        assert v["gateway"] == {"enabled": True, "parentRefs": [
+            {"name": "inference-gateway", "namespace": "gateway-system"}]}
+    assert rare["autoscaling"]["minReplicas"] == 0 and rare["serviceMonitor"] == {"enabled": True}
+    assert rare["autoscaling"]["keda"]["activationThreshold"] == "0"
+    assert lora["autoscaling"]["minReplicas"] >= 1
+
+
+@pytest.mark.parametrize("edit, words", [
+    (("gateway: {name: inference-gateway, namespace: gateway-system}\n", ""), "needs the inference gateway"),
+    (("engine: keda", "engine: hpa"), "needs autoscaling.engine keda"),
+    (('kubernetesVersion: "1.35.0"', 'kubernetesVersion: "1.32.0"'), "modelSource image needs Kubernetes >= 1.33"),
+])
+def test_serving_features_that_cannot_work_are_placed_errors(edit, words):
+    text = (EXAMPLES / "serving-fleet.yaml").read_text().replace(*edit)
+    if "engine: hpa" in text:
+        text = text.replace("platform:\n  prometheusAdapter: false\n", "")
+    with pytest.raises(ValidationFailed) as exc:
+        build_checked(spec_from_text(text, "s.yaml"))
+    assert any(words in f.message for f in exc.value.findings), exc.value.findings
+    assert all(f.source == "s.yaml" and f.line for f in exc.value.findings)
