@@ -930,16 +930,21 @@ def _pool_plans(model: _Model, demands, x, z) -> tuple[list[PoolPlan], dict, dic
                 labels[name] = {**migparted.node_labels(name), deviceplugin.CONFIG_LABEL: pool.name}
             else:
                 labels[name] = {deviceplugin.CONFIG_LABEL: pool.name}
-        if mode == "mig":
-            dp_configs[pool.name] = deviceplugin.build_device_plugin_config(mig_strategy="mixed")
-        elif mode == "whole":
-            dp_configs[pool.name] = deviceplugin.build_device_plugin_config(mig_strategy="none")
-        else:
-            dp_configs[pool.name] = deviceplugin.build_device_plugin_config(sharing=mode, replicas=model.shared_r[k], gpu=gpu,
-                                                                       mig_enabled=False)
+        dp_configs[pool.name] = pool_device_plugin_config(mode, model.shared_r[k], gpu)
         pool_plans.append(PoolPlan(pool, mode, n_gpus, n_nodes, groups, tuple(ngroups), dict(spare), unused,
                                    model.shared_r[k]))
     return pool_plans, node_configs, labels, dp_configs
+
+
+def pool_device_plugin_config(mode: str, replicas: int | None, gpu: GpuModel) -> dict:
+    """The device-plugin config of a planned pool: the mixed MIG strategy, none (whole
+    GPUs), or time-slicing/MPS with `replicas` per GPU (plan and re-plan)."""
+    if mode == "mig":
+        return deviceplugin.build_device_plugin_config(mig_strategy="mixed")
+    if mode == "whole":
+        return deviceplugin.build_device_plugin_config(mig_strategy="none")
+    return deviceplugin.build_device_plugin_config(sharing=mode, replicas=replicas, gpu=gpu,
+                                                   mig_enabled=False)
 
 
 def _warnings(model: _Model, demands) -> list[str]:

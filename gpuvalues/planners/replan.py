@@ -450,13 +450,7 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, opt
                 labels[name] = {**migparted.node_labels(name), deviceplugin.CONFIG_LABEL: pool.name}
             else:
                 labels[name] = {deviceplugin.CONFIG_LABEL: pool.name}
-        if mode == "mig":
-            dp_configs[pool.name] = deviceplugin.build_device_plugin_config(mig_strategy="mixed")
-        elif mode == "whole":
-            dp_configs[pool.name] = deviceplugin.build_device_plugin_config(mig_strategy="none")
-        else:
-            dp_configs[pool.name] = deviceplugin.build_device_plugin_config(sharing=mode, replicas=model.shared_r[k],
-                                                                            gpu=gpu, mig_enabled=False)
+        dp_configs[pool.name] = milp.pool_device_plugin_config(mode, model.shared_r[k], gpu)
         spare: Counter = Counter()
         for (key, inst), n in counted.items():
             for i in inst:
