@@ -6,7 +6,7 @@
 - every HPA metric of every workload served by a rule of the fleet's one Prometheus
   adapter (KEDA queries Prometheus itself), so no autoscaler silently gets no data;
 - every resource a workload's pods request offered by a node group of its pool (on the
-  nodes as `gpuvalues.fleet.expected_nodes` predicts them);
+  nodes as `gpuvalues.fleet.group_node` predicts them);
 - release names unique.
 `build_checked(spec)` is the fleet `values` and `render` use: checked, or
 `ValidationFailed` with every error.
@@ -19,7 +19,7 @@ from typing import Any
 from gpuvalues import yamlio
 from gpuvalues.checks.rules import Context, check_values, semantic_findings
 from gpuvalues.errors import Finding, ValidationFailed, errors_only
-from gpuvalues.fleet import Fleet, Release, build_fleet, expected_nodes
+from gpuvalues.fleet import Fleet, Release, build_fleet, offered_resources
 from gpuvalues.fleet.spec import Spec
 
 __all__ = ["check_fleet", "build_checked", "served_metric_names"]
@@ -97,10 +97,7 @@ def _resource_findings(spec: Spec, fleet: Fleet) -> list[Finding]:
     """Every requested resource is offered by some node of the workload's pool."""
     if fleet.layout is None:
         return []
-    offered: dict[str, set] = {}
-    for node in expected_nodes(fleet).nodes:
-        pool = next(g.pool for g in fleet.layout.node_groups if node.name.startswith(g.name + "-"))
-        offered.setdefault(pool, set()).update(k for k, v in node.allocatable.items() if v)
+    offered = offered_resources(fleet)
     out = []
     for p in fleet.placements:
         if p.mode == "dra" or p.workload not in [r.workload for r in fleet.workloads] \

@@ -161,12 +161,63 @@ def _shortage_findings(spec: Spec, layout: Layout, placements: list[Placement]) 
     return out
 
 
+def group_node(pool, gpu, group: NodeGroup, layout: Layout) -> tuple[dict, dict, dict, int, str]:
+    """What a node of `group` carries once its config is applied: (labels, allocatable,
+    MIG instances per profile, replicas per GPU, MIG strategy), the device plugin's and
+    GFD's behaviour as the project believes it (tests/oracle compares it with upstream)."""
+    config = (layout.device_plugin_configs.get(group.device_plugin_config)
+              if group.device_plugin_config else None)
+    products = deviceplugin.gfd_products(gpu, config) or [catalog.gfd_product_label(gpu.name)]
+    labels = {"nvidia.com/gpu.count": str(pool.gpus_per_node), **group.labels,
+              "nvidia.com/gpu.product": products[-1]}
+    alloc: dict[str, int] = {}
+    mig_profiles: dict[str, int] = {}
+    replicas, strategy = 1, "none"
+    sharing = (config or {}).get("sharing") or {}
+    kind = "timeSlicing" if sharing.get("timeSlicing") else "mps" if sharing.get("mps") else None
+    if group.mig_devices is not None or (config or {}).get("flags", {}).get("migStrategy") == "mixed":
+        strategy = "mixed"
+        labels["nvidia.com/mig.strategy"] = "mixed"
+        for devs in group.mig_devices or (None,) * pool.gpus_per_node:
+            if devs is None:
+                alloc["nvidia.com/gpu"] = alloc.get("nvidia.com/gpu", 0) + 1
+            for prof, n in (devs or {}).items():
+                mig_profiles[prof] = mig_profiles.get(prof, 0) + n
+                name = catalog.mig_resource_name(prof)
+                alloc[name] = alloc.get(name, 0) + n
+    elif kind:
+        res = sharing[kind]["resources"][0]
+        replicas = res["replicas"]
+        labels["nvidia.com/gpu.replicas"] = str(replicas)
+        labels["nvidia.com/gpu.sharing-strategy"] = "mps" if kind == "mps" else "time-slicing"
+        renamed = res.get("rename") or sharing[kind].get("renameByDefault")
+        alloc["nvidia.com/gpu.shared" if renamed else "nvidia.com/gpu"] = pool.gpus_per_node * replicas
+    else:
+        alloc["nvidia.com/gpu"] = pool.gpus_per_node
+    return labels, alloc, mig_profiles, replicas, strategy
+
+
+def offered_resources(fleet: Fleet) -> dict[str, set[str]]:
+    """Pool -> the extended resources some node of the pool offers (group_node)."""
+    out: dict[str, set[str]] = {}
+    if fleet.layout is None:
+        return out
+    for g in fleet.layout.node_groups:
+        pool = fleet.spec.pool(g.pool)
+        try:
+            gpu = catalog.get_gpu(pool.gpu)
+        except GpuValuesError:
+            continue
+        _, alloc, _, _, _ = group_node(pool, gpu, g, fleet.layout)
+        out.setdefault(g.pool, set()).update(k for k, v in alloc.items() if v)
+    return out
+
+
 def expected_nodes(fleet: Fleet):
     """An `Inventory` of the fleet's nodes as they will look once the node side is applied:
     the node groups' labels plus the labels and allocatable resources the device plugin and
-    GFD derive from each group's config (product, MIG strategy, sharing, replicas). This is
-    the project's belief about upstream; tests/oracle compares it with upstream's code.
-    CPU and memory are left out (gpuvalues.planners.fit treats them as unlimited)."""
+    GFD derive from each group's config (`group_node`). CPU and memory are left out
+    (gpuvalues.planners.fit treats them as unlimited)."""
     from gpuvalues.planners.inventory import GpuInfo, Inventory, Node
 
     spec, layout = fleet.spec, fleet.layout
@@ -178,36 +229,7 @@ def expected_nodes(fleet: Fleet):
             continue                 # an unknown GPU: its placement finding says so
         index = 0
         for g in (layout.groups_of(pool.name) if layout else ()):
-            config = (layout.device_plugin_configs.get(g.device_plugin_config)
-                      if g.device_plugin_config else None)
-            products = deviceplugin.gfd_products(gpu, config) or [catalog.gfd_product_label(gpu.name)]
-            labels = {"nvidia.com/gpu.count": str(pool.gpus_per_node), **g.labels,
-                      "nvidia.com/gpu.product": products[-1]}
-            alloc: dict[str, int] = {}
-            mig_profiles: dict[str, int] = {}
-            replicas, strategy = 1, "none"
-            sharing = (config or {}).get("sharing") or {}
-            kind = "timeSlicing" if sharing.get("timeSlicing") else "mps" if sharing.get("mps") else None
-            if g.mig_devices is not None or (config or {}).get("flags", {}).get("migStrategy") == "mixed":
-                strategy = "mixed"
-                labels["nvidia.com/mig.strategy"] = "mixed"
-                for devs in g.mig_devices or (None,) * pool.gpus_per_node:
-                    if devs is None:
-                        alloc["nvidia.com/gpu"] = alloc.get("nvidia.com/gpu", 0) + 1
-                    for prof, n in (devs or {}).items():
-                        mig_profiles[prof] = mig_profiles.get(prof, 0) + n
-                        name = catalog.mig_resource_name(prof)
-                        alloc[name] = alloc.get(name, 0) + n
-            elif kind:
-                res = sharing[kind]["resources"][0]
-                replicas = res["replicas"]
-                labels["nvidia.com/gpu.replicas"] = str(replicas)
-                labels["nvidia.com/gpu.sharing-strategy"] = "mps" if kind == "mps" else "time-slicing"
-                renamed = res.get("rename") or sharing[kind].get("renameByDefault")
-                alloc["nvidia.com/gpu.shared" if renamed else "nvidia.com/gpu"] = \
-                    pool.gpus_per_node * replicas
-            else:
-                alloc["nvidia.com/gpu"] = pool.gpus_per_node
+            labels, alloc, mig_profiles, replicas, strategy = group_node(pool, gpu, g, layout)
             info = GpuInfo(product=labels["nvidia.com/gpu.product"], count=pool.gpus_per_node,
                            mig_capable=gpu.mig_capable, mig_strategy=strategy,
                            mig_profiles=mig_profiles, replicas=replicas,

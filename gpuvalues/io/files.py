@@ -16,7 +16,6 @@ The rules (issue 14):
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
 import shutil
@@ -242,6 +241,7 @@ def _exchange(a: str, b: str) -> bool:
     """Atomically swap two paths with renameat2(RENAME_EXCHANGE) (Linux >= 3.15, glibc >=
     2.28); False when the system cannot, so the caller renames in two steps."""
     try:
+        import ctypes     # renameat2 only: kept off the CLI's start-up (~50 ms)
         libc = ctypes.CDLL(None, use_errno=True)
         fn = libc.renameat2
     except (OSError, AttributeError):
