@@ -40,6 +40,7 @@ def disk_emptydirs(spec) -> int:
 @pytest.mark.parametrize("values", [
     {},                                                             # default: download into 64Gi emptyDir
     {"model": {"emptyDir": {"sizeLimit": "200Gi"}}},                # a 70B model
+    {"model": {"emptyDir": {"sizeLimit": "150G"}}},                 # decimal units
     {"model": {"source": "init", "init": {"command": ["fetch"]}}},
     {"resources": {"limits": {"ephemeral-storage": "5Gi"}}},
     {"extraVolumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "20Gi"}},

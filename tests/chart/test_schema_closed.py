@@ -127,6 +127,7 @@ TYPOS = [
     (3, {"podSecurityContext": {"seccompProfile": {"typ": "RuntimeDefault"}}}, "typ"),
     (3, {"containerSecurityContext": {"seLinuxOptions": {"usr": "x"}}}, "usr"),
     (3, {"networkPolicy": {"enabled": True, "from": [{"namespaceSelecter": {}}]}}, "namespaceSelecter"),
+    (3, {"networkPolicy": {"metricsFrom": [{"namespaceSelectr": {}}]}}, "namespaceSelectr"),
     (3, {"platform": {"gpuNodeAffinity": [{"matchExpresions": []}]}}, "matchExpresions"),
     (3, {"server": {"images": {"vllm": {"tg": "v1"}}}}, "tg"),
     (4, {"platform": {"dcgmExporter": {"resources": {"limit": {"cpu": "1"}}}}}, "limit"),
