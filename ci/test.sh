@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The whole test suite: set up (idempotent), build the e2e control plane (cached by
-# version), then run every test group. Extra arguments go to pytest, e.g. `-m unit`.
+# The whole test suite: set up (idempotent), build the e2e control plane and the upstream
+# oracle (each cached by version), then run every test group. Extra arguments go to pytest, e.g. `-m unit`.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 bash ci/setup.sh
 if [ -x ci/e2e/build.sh ]; then
   bash ci/e2e/build.sh
+fi
+if [ -x ci/oracle/build.sh ]; then
+  bash ci/oracle/build.sh
 fi
 set +e
 .venv/bin/python -m pytest "$@"

@@ -1,5 +1,5 @@
 """Shared fixtures. Each test directory is a marker group: tests/unit -> unit,
-tests/chart -> chart, tests/integration -> integration, tests/e2e -> e2e, so
+tests/chart -> chart, tests/integration -> integration, tests/e2e -> e2e, tests/oracle -> oracle, so
 `pytest -m chart` runs one group and a plain `pytest` runs them all."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / ".tools" / "bin"
 CHART = ROOT / "charts" / "gpu-inference"
-GROUPS = ("unit", "chart", "integration", "e2e")
+GROUPS = ("unit", "chart", "integration", "e2e", "oracle")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -42,6 +42,8 @@ def disk_emptydirs(spec) -> int:
     {"model": {"emptyDir": {"sizeLimit": "200Gi"}}},                # a 70B model
     {"model": {"emptyDir": {"sizeLimit": "150G"}}},                 # decimal units
     {"model": {"source": "init", "init": {"command": ["fetch"]}}},
+    {"model": {"source": "download", "sizeGB": 140}},                # sized from the model (serving)
+    {"model": {"source": "streamer", "streamer": {"uri": "s3://models/m"}}},
     {"resources": {"limits": {"ephemeral-storage": "5Gi"}}},
     {"extraVolumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "20Gi"}},
                       {"name": "ram", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}]},
@@ -62,7 +64,7 @@ def test_ephemeral_limit_covers_every_disk_backed_emptydir(helm, values):
 def test_default_ephemeral_limit_is_the_download_plus_the_containers_own(helm):
     (server,) = pod(render(helm))["containers"]
     # 64Gi model + 1Gi /tmp + 8Gi /cache + 2Gi of its own = 75Gi
-    assert size(server["resources"]["limits"]["ephemeral-storage"]) == 75 * 2**30
+    assert server["resources"]["limits"]["ephemeral-storage"] == "75Gi"
     assert server["resources"]["requests"]["ephemeral-storage"] == "1Gi"
 
 

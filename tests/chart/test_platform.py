@@ -4,7 +4,7 @@ Prometheus adapter, alerts), rendered by the real Helm 4.1.4 and Helm 3.17.2.
 Every ci/platform-*-values.yaml scenario is linted (--strict), rendered and validated
 strictly for each supported Kubernetes minor; custom resources are checked against the
 prometheus-operator CRD schemas. Device plugin configs in the rendered ConfigMap are
-checked by gpuvalues.sharing.validate_device_plugin_config (the device plugin's rules).
+checked by gpuvalues.planners.deviceplugin.validate_device_plugin_config (the device plugin's rules).
 """
 from __future__ import annotations
 
@@ -15,9 +15,20 @@ import pytest
 import yaml
 
 from gpuvalues.errors import DevicePluginConfigError
-from gpuvalues.sharing import build_device_plugin_config, validate_device_plugin_config
-from tests.chart.chartlib import (HELMS, KUBE_MINORS, SCENARIO_DIR, by_kind, crd_errors, k8s_errors, render, rendered, rendered_text,
-                                  scenario_file, template)
+from gpuvalues.planners.deviceplugin import build_device_plugin_config, validate_device_plugin_config
+from tests.chart.chartlib import (
+    HELMS,
+    KUBE_MINORS,
+    SCENARIO_DIR,
+    by_kind,
+    crd_errors,
+    k8s_errors,
+    render,
+    rendered,
+    rendered_text,
+    scenario_file,
+    template,
+)
 from tests.conftest import CHART, run
 
 PLATFORM_SCENARIOS = sorted(p.name[: -len("-values.yaml")] for p in SCENARIO_DIR.glob("platform-*-values.yaml"))

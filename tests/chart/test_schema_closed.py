@@ -27,6 +27,7 @@ ESCAPE_HATCHES = {
     "#/properties/podLabels": "label map",
     "#/properties/podAnnotations": "annotation map",
     "#/properties/nodeSelector": "node label map",
+    "#/properties/autoscaling/properties/externalMetric/properties/selector": "matchLabels of the external metric",
     "#/properties/serviceAccount/properties/annotations": "annotation map (cloud IAM bindings)",
     "#/properties/service/properties/annotations": "annotation map",
     "#/properties/serviceMonitor/properties/labels": "label map",

@@ -150,7 +150,7 @@ consumed with `include "gpu-inference.autoscaling.metrics" . | fromYamlArray`.
 Each item: {name: <Prometheus series name>, target: <averageValue quantity string>}.
 The custom metrics API (adapter) name is `gpu-inference.autoscaling.apiName` of the name:
 ':' replaced by '_'. Empty list when autoscaling.engine is none.
-Defaults when autoscaling.metrics is empty (same rules as gpuvalues.autoscaling):
+Defaults when autoscaling.metrics is empty (same rules as gpuvalues.planners.autoscaling):
   whole (and dra gpu.nvidia.com): DCGM_FI_DEV_GPU_UTIL "70"   (0-100)
   mig   (and dra mig.nvidia.com): DCGM_FI_PROF_GR_ENGINE_ACTIVE "700m" (0-1 ratio; GPU_UTIL
                                   is not reported per MIG instance)
@@ -365,7 +365,10 @@ cache: 8Gi
 {{- define "gpu-inference.diskEmptyDirs" -}}
 {{- $scratch := include "gpu-inference.scratchSizes" . | fromYaml }}
 {{- $out := list $scratch.tmp $scratch.cache }}
-{{- if ne .Values.model.source "pvc" }}{{- $out = append $out (toString .Values.model.emptyDir.sizeLimit) }}{{- end }}
+{{- $src := .Values.model.source }}
+{{- /* as templates/deployment.yaml's model volume: pvc and image are not emptyDirs */}}
+{{- if eq $src "streamer" }}{{- $out = append $out "1Gi" }}
+{{- else if not (has $src (list "pvc" "image")) }}{{- $out = append $out (include "gpu-inference.model.emptyDirSize" .) }}{{- end }}
 {{- range .Values.extraVolumes }}
 {{- if and .emptyDir (ne (toString .emptyDir.medium) "Memory") .emptyDir.sizeLimit }}{{- $out = append $out (toString .emptyDir.sizeLimit) }}{{- end }}
 {{- end }}

@@ -41,7 +41,7 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 
 {{/* The adapter serves custom.metrics.k8s.io for the HPA; KEDA brings its own metrics server. */}}
 {{- define "gpu-inference.platform.adapterEnabled" -}}
-{{- if and .Values.platform.prometheusAdapter.enabled (ne .Values.autoscaling.engine "keda") }}true{{ end }}
+{{- if and .Values.platform.prometheusAdapter.enabled (or (not .Values.workload.enabled) (ne .Values.autoscaling.engine "keda")) }}true{{ end }}
 {{- end }}
 
 {{/* "true" when the cluster serves monitoring.coreos.com/v1 (the kind, or the group/version as
@@ -191,8 +191,9 @@ capabilities:
 {{- end }}
 
 {{/*
-prometheus-adapter rules, one per-pod rule per effective scaling metric
-(gpu-inference.autoscaling.metrics). DCGM series name their pod with exported_* labels when
+prometheus-adapter rules, one per-pod rule per effective scaling metric of this release
+(gpu-inference.autoscaling.metrics, when workload.enabled) and of the other releases it
+serves (platform.prometheusAdapter.metrics: a fleet's platform release lists every workload's). DCGM series name their pod with exported_* labels when
 the exporter's scrape has honorLabels false (gpu-inference.dcgmLabelStyle);
 the servers' own series are scraped from their pods and always use pod/namespace.
 */}}
@@ -200,7 +201,11 @@ the servers' own series are scraped from their pods and always use pod/namespace
 {{- $ad := .Values.platform.prometheusAdapter -}}
 {{- $rules := list -}}
 {{- $seen := dict -}}
-{{- range $m := (include "gpu-inference.autoscaling.metrics" . | fromYamlArray) }}
+{{- $metrics := $ad.metrics }}
+{{- if .Values.workload.enabled }}
+{{- $metrics = concat (include "gpu-inference.autoscaling.metrics" . | fromYamlArray) $ad.metrics }}
+{{- end }}
+{{- range $m := $metrics }}
 {{- $series := $m.name }}
 {{- if not (hasKey $seen $series) }}
 {{- $_ := set $seen $series true }}

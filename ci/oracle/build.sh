@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Build the upstream oracle programs from pinned Go modules into
+# .cache/oracle/<component>-<version>/bin/. Same conventions as ci/e2e/build.sh:
+# idempotent (a component whose binary exists is skipped), built in a temp dir and moved
+# into place only on success, <dir>/build-seconds, GOTOOLCHAIN=local, `-p 2 -trimpath`.
+#
+#   bash ci/oracle/build.sh               # all components
+#   bash ci/oracle/build.sh deviceplugin  # some of them (deviceplugin, migparted, adapter, keda)
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+HERE="$ROOT/ci/oracle"
+# shellcheck source=versions.env
+. "$HERE/versions.env"
+# KEDA: one pin for the e2e CRDs and the oracle.
+KEDA_VERSION=$(sed -n 's/^KEDA_VERSION=//p' "$ROOT/ci/e2e/versions.env")
+CACHE=${ORACLE_CACHE:-$ROOT/.cache/oracle}
+GO=${GO:-go}
+PARALLEL=${ORACLE_BUILD_PARALLEL:-2}
+export GOFLAGS="${GOFLAGS:--buildvcs=false}" GOTOOLCHAIN=local
+BUILD_FLAGS=(-p "$PARALLEL" -trimpath -ldflags "-s -w")
+
+die() { echo "oracle build: $*" >&2; exit 1; }
+command -v "$GO" >/dev/null || die "Go not found (need Go >= 1.25 on PATH or GO=/path/to/go)"
+mkdir -p "$CACHE"
+rm -rf "$CACHE"/.tmp-*
+
+# run_build <name> <version> <function>: as ci/e2e/build.sh run_build.
+run_build() {
+  local name=$1 version=$2 fn=$3 dir="$CACHE/$1-$2"
+  if [ -x "$dir/bin/$name" ]; then
+    echo "oracle build: $name $version cached at $dir"
+    return 0
+  fi
+  echo "oracle build: building $name $version ..."
+  local tmp start end
+  tmp=$(mktemp -d "$CACHE/.tmp-$name-XXXXXX")
+  start=$(date +%s)
+  ( "$fn" "$version" "$tmp" ) >"$tmp/build.log" 2>&1 &
+  if ! wait $! || [ ! -x "$tmp/bin/$name" ]; then
+    tail -n 40 "$tmp/build.log" >&2
+    die "$name $version failed to build (full log: $tmp/build.log)"
+  fi
+  end=$(date +%s)
+  echo $((end - start)) >"$tmp/build-seconds"
+  chmod 755 "$tmp"
+  rm -rf "$dir"
+  mv "$tmp" "$dir"
+  echo "oracle build: $name $version built in $((end - start)) s -> $dir/bin/$name"
+}
+
+moddir() {  # moddir <module>@<version>: the module's source dir in Go's module cache
+  "$GO" mod download -json "$1" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'
+}
+
+# Device plugin + GFD (ci/oracle/deviceplugin): a nested module under the plugin's
+# import path, so it may import internal/lm, internal/rm, internal/resource.
+build_deviceplugin() {
+  local v=$1 out=$2 src="$2/src" nvml
+  mkdir -p "$src" "$out/bin"
+  cp "$HERE"/deviceplugin/*.go "$src/"
+  sed -e "s/@DEVICE_PLUGIN_VERSION@/$v/" -e "s/@GO_NVML_VERSION@/$GO_NVML_VERSION/" \
+    "$HERE/deviceplugin/go.mod.in" >"$src/go.mod"
+  # node-feature-discovery v0.15.7 (the plugin's requirement; only its API types are
+  # compiled in, for GFD's NodeFeature output, unused here) is refused by the proxy;
+  # v0.15.4 is the newest 0.15.x it serves.
+  echo "replace sigs.k8s.io/node-feature-discovery => sigs.k8s.io/node-feature-discovery $NFD_VERSION" >>"$src/go.mod"
+  # NVIDIA's mock GPU tables and mock server (go-nvml pkg/nvml/mock/{gpus,server} of
+  # GO_NVML_MOCK_VERSION), compiled against the plugin's own go-nvml: that newer go-nvml
+  # as a whole breaks the plugin's go-nvlib (DEVICE_ARCH_T23X removed).
+  nvml=$(moddir "github.com/NVIDIA/go-nvml@$GO_NVML_MOCK_VERSION")
+  [ -d "$nvml/pkg/nvml/mock/gpus" ] || die "go-nvml $GO_NVML_MOCK_VERSION has no pkg/nvml/mock/gpus"
+  local pkg
+  for pkg in gpus server; do
+    mkdir -p "$src/nvmlmock/$pkg"
+    find "$nvml/pkg/nvml/mock/$pkg" -maxdepth 1 -name '*.go' ! -name '*_test.go' -exec cp {} "$src/nvmlmock/$pkg/" \;
+  done
+  chmod -R u+w "$src"
+  sed -i 's#"github.com/NVIDIA/go-nvml/pkg/nvml/mock/\(gpus\|server\)"#"github.com/NVIDIA/k8s-device-plugin/oracle/gpuinference/nvmlmock/\1"#' \
+    "$src"/*.go "$src"/nvmlmock/*/*.go
+  cat "$src/go.mod"
+  # go-nvml is cgo (its bindings dlopen libnvidia-ml at run time, never called here).
+  (cd "$src" && "$GO" mod tidy && CGO_ENABLED=1 "$GO" build "${BUILD_FLAGS[@]}" -o "$out/bin/deviceplugin" .)
+  cp "$HERE/run-deviceplugin.sh" "$out/bin/"
+}
+
+# wrapper_build <out-binary> <module> <version> <package> <go version>: as in
+# ci/e2e/build.sh, <package> of <module>@<version> from a throw-away main module.
+wrapper_build() {
+  local bin=$1 mod=$2 v=$3 pkg=$4 go=$5 src
+  src="$(dirname "$(dirname "$bin")")/src"
+  mkdir -p "$src" "$(dirname "$bin")"
+  printf 'module gpu-inference.local/oracle/%s\n\ngo %s\n\nrequire %s %s\n' "$(basename "$bin")" "$go" "$mod" "$v" >"$src/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$pkg" >"$src/tools.go"
+  (cd "$src" && "$GO" mod tidy && CGO_ENABLED=${CGO:-0} "$GO" build "${BUILD_FLAGS[@]}" -o "$bin" "$pkg")
+}
+
+# nvidia-mig-parted, the real CLI (`assert --valid-config` parses and selects without
+# NVML; the binary is cgo because go-nvml is).
+build_migparted() {
+  CGO=1 wrapper_build "$2/bin/migparted" github.com/NVIDIA/mig-parted "$1" \
+    github.com/NVIDIA/mig-parted/cmd/nvidia-mig-parted 1.24.0
+  "$2/bin/migparted" --version
+}
+
+# prometheus-adapter's discovery (ci/oracle/adapter): a wrapper module at the e2e pin.
+build_adapter() {
+  local v=$1 out=$2 src="$2/src"
+  mkdir -p "$src" "$out/bin"
+  cp "$HERE/adapter/main.go" "$src/"
+  printf 'module gpu-inference.local/oracle/adapter\n\ngo 1.22.1\n\nrequire sigs.k8s.io/prometheus-adapter %s\n' "$v" >"$src/go.mod"
+  (cd "$src" && "$GO" mod tidy && CGO_ENABLED=0 "$GO" build "${BUILD_FLAGS[@]}" -o "$out/bin/adapter" .)
+}
+
+# KEDA's v1alpha1 types and webhook validations (ci/oracle/keda). KEDA's go.mod pins
+# k8s.io and prometheus modules with replace lines, which only a main module's go.mod
+# applies: they are copied from the downloaded go.mod, as build_kube does for staging.
+build_keda() {
+  local v=$1 out=$2 src="$2/src" gomod
+  mkdir -p "$src" "$out/bin"
+  cp "$HERE/keda/main.go" "$src/"
+  gomod=$("$GO" mod download -json "github.com/kedacore/keda/v2@$v" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
+  [ -f "$gomod" ] || die "could not download github.com/kedacore/keda/v2@$v"
+  {
+    printf 'module gpu-inference.local/oracle/keda\n\n'
+    grep -m1 '^go ' "$gomod"
+    printf '\nrequire github.com/kedacore/keda/v2 %s\n\n' "$v"
+    sed -n '/^replace (/,/^)/p' "$gomod"
+  } >"$src/go.mod"
+  (cd "$src" && "$GO" mod tidy && CGO_ENABLED=0 "$GO" build "${BUILD_FLAGS[@]}" -o "$out/bin/keda" .)
+}
+
+components=("$@")
+[ ${#components[@]} -gt 0 ] || components=(deviceplugin migparted adapter keda)
+total_start=$(date +%s)
+for c in "${components[@]}"; do
+  case $c in
+    deviceplugin) run_build deviceplugin "$DEVICE_PLUGIN_VERSION" build_deviceplugin ;;
+    migparted) run_build migparted "$MIG_PARTED_VERSION" build_migparted ;;
+    adapter) run_build adapter "$ADAPTER_VERSION" build_adapter ;;
+    keda) run_build keda "$KEDA_VERSION" build_keda ;;
+    *) die "unknown component '$c' (deviceplugin, migparted, adapter, keda)" ;;
+  esac
+done
+echo "oracle build: done in $(( $(date +%s) - total_start )) s (cache: $CACHE)"
