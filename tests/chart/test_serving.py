@@ -275,9 +275,12 @@ def test_download_storage_sized_from_model(helm_name):
     assert int(res["limits"]["ephemeral-storage"].removesuffix("Gi")) > disk
 
 
-def test_without_model_size_storage_is_unchanged():
+def test_without_model_size_the_limit_still_covers_the_download():
+    # No model.sizeGB: the 64Gi model emptyDir stays, and the limit holds it (2Gi own + 64Gi
+    # model + 1Gi tmp + 8Gi cache; tests/chart/test_chart_defaults.py); the request is unchanged.
     o = render(HELMS["helm"])
-    assert container(o)["resources"]["limits"]["ephemeral-storage"] == "2Gi"
+    assert container(o)["resources"]["limits"]["ephemeral-storage"] == "75Gi"
+    assert container(o)["resources"]["requests"]["ephemeral-storage"] == "1Gi"
     assert next(v for v in server(o)["volumes"] if v["name"] == "model")["emptyDir"]["sizeLimit"] == "64Gi"
 
 

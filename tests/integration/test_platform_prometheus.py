@@ -309,9 +309,12 @@ def test_honor_labels_false_breaks_direct_rules_and_exported_mode_fixes_it(
         helm4, prometheus_bin, exporter, tmp_path):
     values = json.loads(json.dumps(VALUES))
     values["platform"]["dcgmExporter"]["serviceMonitor"]["honorLabels"] = False
+    # `auto` (the default) would already pick the exported labels here: force the direct
+    # rules to show what goes wrong with them.
+    values["platform"]["prometheusAdapter"]["exporterLabels"] = "direct"
     direct_rules, sm = rendered(helm4, tmp_path, values)
     assert sm["spec"]["endpoints"][0]["honorLabels"] is False
-    values["platform"]["prometheusAdapter"]["exporterLabels"] = "exported"
+    values["platform"]["prometheusAdapter"]["exporterLabels"] = "auto"
     exported_rules, _ = rendered(helm4, tmp_path, values)
     with running_prometheus(prometheus_bin, tmp_path, scrape_config(sm, exporter)) as prom:
         util = rule_for(direct_rules, "DCGM_FI_DEV_GPU_UTIL")

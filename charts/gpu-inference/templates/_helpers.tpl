@@ -213,7 +213,11 @@ sum by the threshold, the same arithmetic as an HPA Pods metric).
        its pods and always carry pod/namespace. */}}
 {{- $podL := "pod" }}
 {{- $nsL := "namespace" }}
-{{- if hasPrefix "DCGM_" .metric.name }}{{- $podL = $k.podLabel }}{{- $nsL = $k.namespaceLabel }}{{- end }}
+{{- if hasPrefix "DCGM_" .metric.name }}
+{{- $exported := eq (include "gpu-inference.dcgmLabelStyle" (dict "root" $root "explicit" "auto")) "exported" }}
+{{- $podL = $k.podLabel | default (ternary "exported_pod" "pod" $exported) }}
+{{- $nsL = $k.namespaceLabel | default (ternary "exported_namespace" "namespace" $exported) }}
+{{- end }}
 {{- $sel := printf "%s=%q,%s=~%q" $nsL $root.Release.Namespace $podL (printf "%s-[a-z0-9]+-[a-z0-9]+" (include "gpu-inference.fullname" $root)) }}
 {{- if eq .metric.name "nv_inference_queue_duration_us" }}
 {{- printf "sum(sum by (%s) (rate(nv_inference_queue_duration_us{%s}[1m])) / clamp_min(sum by (%s) (rate(nv_inference_request_success{%s}[1m])), 1e-9))" $podL $sel $podL $sel }}
@@ -340,4 +344,48 @@ NOTES.txt warns (a render failure would break callers that cannot know the repli
 {{- define "gpu-inference.sharedVllmWithoutFraction" -}}
 {{- $g := .Values.gpu }}
 {{- if and (eq $g.mode "shared") (eq .Values.server.type "vllm") (kindIs "invalid" $g.shared.memoryFraction) (not (regexMatch "--gpu-memory-utilization" (join " " (concat .Values.server.args .Values.extraArgs)))) }}true{{- end }}
+{{- end }}
+
+{{/* Bytes (as a decimal string) of a Kubernetes quantity with a unit the schema admits
+(m, k, M, G, T, P, Ki, Mi, Gi, Ti, Pi; resource.Quantity's suffixes). */}}
+{{- define "gpu-inference.quantityBytes" -}}
+{{- $q := toString . }}
+{{- $units := dict "" 1.0 "m" 0.001 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 }}
+{{- $num := regexFind "^[0-9.]+" $q }}
+{{- mulf ($num | float64) (get $units (trimPrefix $num $q) | default 1.0) | printf "%.0f" }}
+{{- end }}
+
+{{/* sizeLimits of the chart's own scratch emptyDirs (disk-backed). */}}
+{{- define "gpu-inference.scratchSizes" -}}
+tmp: 1Gi
+cache: 8Gi
+{{- end }}
+
+{{/* sizeLimits of the pod's disk-backed emptyDirs (model cache, /tmp, /cache, extraVolumes), as a YAML list. */}}
+{{- define "gpu-inference.diskEmptyDirs" -}}
+{{- $scratch := include "gpu-inference.scratchSizes" . | fromYaml }}
+{{- $out := list $scratch.tmp $scratch.cache }}
+{{- $src := .Values.model.source }}
+{{- /* as templates/deployment.yaml's model volume: pvc and image are not emptyDirs */}}
+{{- if eq $src "streamer" }}{{- $out = append $out "1Gi" }}
+{{- else if not (has $src (list "pvc" "image")) }}{{- $out = append $out (include "gpu-inference.model.emptyDirSize" .) }}{{- end }}
+{{- range .Values.extraVolumes }}
+{{- if and .emptyDir (ne (toString .emptyDir.medium) "Memory") .emptyDir.sizeLimit }}{{- $out = append $out (toString .emptyDir.sizeLimit) }}{{- end }}
+{{- end }}
+{{- toYaml $out }}
+{{- end }}
+
+{{/*
+Which labels name the workload's pod on DCGM_* series: "exported" (exported_pod /
+exported_namespace) when the exporter is scraped with honorLabels false, which the GPU
+Operator's ServiceMonitor does and this chart's does with
+platform.dcgmExporter.serviceMonitor.honorLabels=false; else "direct" (pod / namespace).
+Args: dict root, explicit (a user setting: "direct" or "exported" wins over "auto").
+*/}}
+{{- define "gpu-inference.dcgmLabelStyle" -}}
+{{- $p := .root.Values.platform }}
+{{- if and .explicit (ne .explicit "auto") }}{{ .explicit }}
+{{- else if or $p.gpuOperator (and $p.dcgmExporter.enabled (not $p.dcgmExporter.serviceMonitor.honorLabels)) }}exported
+{{- else }}direct
+{{- end }}
 {{- end }}

@@ -198,7 +198,7 @@ capabilities:
 prometheus-adapter rules, one per-pod rule per effective scaling metric of this release
 (gpu-inference.autoscaling.metrics, when workload.enabled) and of the other releases it
 serves (platform.prometheusAdapter.metrics: a fleet's platform release lists every workload's). DCGM series name their pod with exported_* labels when
-platform.prometheusAdapter.exporterLabels is `exported` (ServiceMonitor honorLabels false);
+the exporter's scrape has honorLabels false (gpu-inference.dcgmLabelStyle);
 the servers' own series are scraped from their pods and always use pod/namespace.
 */}}
 {{- define "gpu-inference.platform.adapterRules" -}}
@@ -215,7 +215,7 @@ the servers' own series are scraped from their pods and always use pod/namespace
 {{- $_ := set $seen $series true }}
 {{- $nsLabel := "namespace" }}
 {{- $podLabel := "pod" }}
-{{- if and (hasPrefix "DCGM_" $series) (eq $ad.exporterLabels "exported") }}
+{{- if and (hasPrefix "DCGM_" $series) (eq (include "gpu-inference.dcgmLabelStyle" (dict "root" $ "explicit" $ad.exporterLabels)) "exported") }}
 {{- $nsLabel = "exported_namespace" }}
 {{- $podLabel = "exported_pod" }}
 {{- end }}
