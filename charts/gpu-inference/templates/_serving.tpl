@@ -157,9 +157,7 @@ Included from templates/serving-validate.yaml, so every render runs them.
 {{- if and (eq $a.engine "keda") (eq (int $a.minReplicas) 0) (not (include "gpu-inference.keda.activationQuery" .)) }}
 {{- fail "autoscaling.keda.activationQuery: with minReplicas 0 no server pod exists to report its queue, so KEDA could never scale up from zero; set autoscaling.keda.activationQuery (a PromQL query that rises while requests wait), or gateway.enabled=true (the EPP's flow-control queue is used)" }}
 {{- end }}
-{{- if and (include "gpu-inference.scaleToZero" .) $v.pdb.enabled (not (kindIs "invalid" $v.pdb.minAvailable)) }}
-{{- fail "pdb.minAvailable with autoscaling.minReplicas=0: a minAvailable budget blocks the drain of a lone replica; use pdb.maxUnavailable=1 (set pdb.minAvailable=null), which allows every eviction at 0 or 1 replicas" }}
-{{- end }}
+{{- /* A minAvailable PDB at minReplicas 0 is refused by the chart's PDB check (validation.yaml). */ -}}
 {{- /* Model sources */ -}}
 {{- if and (eq $src "image") (semverCompare "<1.33.0-0" .Capabilities.KubeVersion.Version) }}
 {{- fail (printf "model.source=image needs Kubernetes >= 1.33 (the `image` volume source, ImageVolume beta; on by default from 1.35), but the target cluster is %s: use model.source=pvc or download, or upgrade the cluster" .Capabilities.KubeVersion.Version) }}
