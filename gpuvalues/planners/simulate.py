@@ -514,3 +514,5 @@ def scale_to_zero(trace: Trace, *, replica_rps: float, cooldown_s: float, cold_s
 def scale_to_zero_sweep(trace: Trace, cooldowns_s: Sequence[float], **kw) -> list[ScaleToZeroResult]:
     """`scale_to_zero` for each cooldown: the cost/latency trade, one row per cooldown."""
     return [scale_to_zero(trace, cooldown_s=c, **kw) for c in cooldowns_s]
+
+
