@@ -123,6 +123,14 @@ def main_scale() -> None:
         print(f"| {n:,} | {p.gpus_used:,} | {p.lp_bound:,.1f} | {p.gap:.3%} | {place.call_count} | "
               f"{wall * 1000:.0f} | < {target:g} s, gap <= 0.1%: {'PASS' if good else 'FAIL'} |")
     print(f"100-model mix targets: {'PASS' if ok else 'FAIL'}")
+    print("\n| 100-model mix, time_limit 0.5 s, no gap tolerance: fleet GPUs | plan GPUs | LP bound | gap | plan() (ms) |")
+    print("|---:|---:|---:|---:|---:|")
+    for n in (16384, 262144):
+        pools = [NodePool("a100", "A100-80GB", 8, n // 16), NodePool("h100", "H100-80GB-SXM", 8, n // 16)]
+        t0 = time.perf_counter()
+        p = plan(mix100(n / 16 / 12), pools, baselines=False, time_limit=0.5)
+        wall = time.perf_counter() - t0
+        print(f"| {n:,} | {p.gpus_used:,} | {p.lp_bound:,.1f} | {p.gap:.3%} | {wall * 1000:.0f} |")
 
 
 if __name__ == "__main__":

@@ -148,6 +148,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from gpuvalues import pipeline
     from gpuvalues.io import files, present
 
+    if args.current:                   # re-plan against the running fleet: fewest changes
+        return cmd_replan(args)
     progress(args, f"planning {args.spec}")
     fleet = pipeline.fleet_of(args.spec, objective=args.objective or "gpus",
                               baselines=not args.no_baselines, time_limit=args.time_limit)
@@ -161,6 +163,61 @@ def cmd_plan(args: argparse.Namespace) -> int:
             say(args, f"wrote {path}")
     emit(args, pipeline.plan_data(fleet),
          lambda d: present.plan_table(d, [(t, pic) for t, pic, _ in pictures]))
+    return 0
+
+
+def cmd_replan(args: argparse.Namespace) -> int:
+    """`gpuvalues replan SPEC --current FILE`: re-plan with the fewest GPUs, then the fewest node
+    reconfigurations, under a drain budget (to fold into `plan --current`)."""
+    from gpuvalues import yamlio
+    from gpuvalues.io import current, files
+
+    result, notes = current.replanned(args.spec, args.current, gpu_slack=args.gpu_slack,
+                                      max_node_changes=args.max_node_changes,
+                                      max_unavailable_per_pool=args.max_unavailable_per_pool,
+                                      time_limit=args.time_limit)
+    for n in notes:
+        say(args, f"gpuvalues: note: {n}")
+    if args.mig_parted_out and result.plan.mig_parted_config:
+        files.write_atomic(args.mig_parted_out, yamlio.dump(result.plan.mig_parted_config))
+    emit(args, result.to_dict(), current.replan_table)
+    return 0
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    """`gpuvalues rollout REPLAN`: apply a re-plan's MIG changes in waves (cordon, evict GPU pods
+    honouring PDBs, relabel, wait for mig-manager, check resources, uncordon); resumable."""
+    import os
+
+    from gpuvalues import yamlio
+    from gpuvalues.operations import rollout
+    from gpuvalues.operations.controller import api_client_for
+
+    data = yamlio.parse_yaml(yamlio.read_text(args.replan), source=args.replan, error=rollout.RolloutError)
+    changes = rollout.changes_from_replan(data)
+    core = policy = None
+    if not args.dry_run or args.kubeconfig or os.environ.get("KUBECONFIG"):
+        from kubernetes import client
+        api = api_client_for(args.kubeconfig, args.context)
+        core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
+    pods, allowance = rollout.pods_and_budgets(core, policy, [c.node for c in changes]) if core else ({}, {})
+    waves = rollout.plan_waves(changes, pods, allowance, max_unavailable_per_pool=args.max_unavailable_per_pool,
+                               max_nodes_per_wave=args.max_nodes_per_wave)
+    if args.dry_run:
+        emit(args, {"waves": [{"index": w.index, "pods": w.pods, "nodes": [
+            {"node": c.node, "pool": c.pool, "from": c.from_config, "to": c.to, "resources": dict(c.resources)}
+            for c in w.changes]} for w in waves]}, lambda _: rollout.describe(waves))
+        return 0
+    if args.configmap:
+        ns, _, name = args.configmap.partition("/")
+        cfg = (data.get("plan") or {}).get("mig_parted_config") or {}
+        written = rollout.apply_mig_parted_config(core, ns, name, cfg)
+        say(args, f"gpuvalues: configmap {args.configmap}: wrote {len(written)} mig-parted configs")
+    results = rollout.Rollout(core, waves, poll=args.poll, timeout=args.timeout,
+                              log=lambda m: say(args, f"gpuvalues: rollout: {m}")).run()
+    emit(args, {"nodes": {n: {"to": r.to, "steps": r.steps, "evicted": len(r.evicted), "done": r.done}
+                          for n, r in sorted(results.items())}},
+         lambda d: "".join(f"{n}: {v['to']} done\n" for n, v in d["nodes"].items()))
     return 0
 
 
@@ -255,6 +312,21 @@ def cmd_remediate(args: argparse.Namespace) -> int:
     return controller.main(controller.options_from_args(args))
 
 
+def _replan_options(p: argparse.ArgumentParser, *, required: bool) -> None:
+    """The re-plan options (`plan --current`, and `replan`, the same command)."""
+    p.add_argument("--current", required=required, metavar="FILE",
+                   help="re-plan against the current layout: a mig-parted config with `nodes` "
+                        "(node -> labels), or an inventory; fewest GPUs, then fewest node changes")
+    p.add_argument("--gpu-slack", type=int, default=0, metavar="N",
+                   help="with --current: accept up to N GPUs above the fewest if that saves node changes")
+    p.add_argument("--max-node-changes", type=int, default=None, metavar="N",
+                   help="with --current: change at most N nodes")
+    p.add_argument("--max-unavailable-per-pool", type=int, default=None, metavar="N",
+                   help="with --current: change at most N nodes of any one pool (rollout drains N at a time)")
+    p.add_argument("--mig-parted-out", metavar="FILE",
+                   help="with --current: write the new mig-parted config here (atomically)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="gpuvalues", description=__doc__.splitlines()[0])
@@ -286,7 +358,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=float, default=30.0, help="solver time limit in seconds (default 30)")
     p.add_argument("--artifacts", metavar="DIR", help="write the node side (mig-parted config, device-plugin "
                    "configs, node labels) here: the same files as `values --artifacts`")
+    _replan_options(p, required=False)
     p.set_defaults(func=cmd_plan)
+    p = sub.add_parser("replan", help="the same as `plan --current`: re-plan a running fleet with the fewest node changes",
+                       description="Re-plan the spec's demand against the fleet's current MIG layout: the fewest "
+                                   "GPUs (within --gpu-slack), then the fewest nodes whose mig.config changes, "
+                                   "under the drain budget. Reports GPUs used, nodes changed, pods displaced and "
+                                   "the LP bound on both.")
+    p.add_argument("spec", help="spec file (`-` for stdin)")
+    _replan_options(p, required=True)
+    p.add_argument("--time-limit", type=float, default=30.0, help="solver time limit in seconds (default 30)")
+    p.set_defaults(func=cmd_replan)
+    p = sub.add_parser("rollout", help="apply a re-plan's MIG changes in waves: cordon, drain (PDBs), relabel, "
+                                       "wait for mig-manager, check resources, uncordon",
+                       description="Reconfigure only the nodes a re-plan changes, in waves that keep every "
+                                   "PodDisruptionBudget; progress is recorded on each node, so a rerun resumes.")
+    p.add_argument("replan", metavar="REPLAN", help="`gpuvalues --output json replan ...` output")
+    p.add_argument("--dry-run", action="store_true", help="print the waves and steps; change nothing")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--max-unavailable-per-pool", type=int, default=1, metavar="N",
+                   help="nodes of one pool reconfigured at once (default 1)")
+    p.add_argument("--max-nodes-per-wave", type=int, default=None, metavar="N", help="nodes per wave in all")
+    p.add_argument("--configmap", metavar="NAMESPACE/NAME",
+                   help="merge the new mig-parted configs into this ConfigMap (key config.yaml) first")
+    p.add_argument("--poll", type=float, default=1.0, help="seconds between steps (default 1)")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per wave before giving up (default 900)")
+    p.set_defaults(func=cmd_rollout)
     p = sub.add_parser("topo", help="parse `nvidia-smi topo -m`: NVLink cliques, node labels, best GPU set")
     p.add_argument("file", metavar="TOPO", help="saved `nvidia-smi topo -m` output ('-' for stdin)")
     p.add_argument("--best", type=int, metavar="N", help="GPUs the device plugin would give a pod asking for N")

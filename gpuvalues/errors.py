@@ -168,6 +168,9 @@ CODES = {
               "rename a workload or give it another namespace"),
     "GV019": ("a YAML, file or size limit was hit",
               "fix the file; gpuvalues reads regular files only"),
+    "GV020": ("a workload that would block or hurt a node drain",
+              "keep >= 2 replicas, pdb.maxUnavailable 1 with unhealthyPodEvictionPolicy AlwaysAllow, "
+              "and no toleration of the remediation taint"),
     "GV100": ("bad input", "fix the value the message names"),
 }
 

@@ -8,7 +8,6 @@ stdin), returns data or raises a `GpuValuesError`; the CLI only parses arguments
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -171,13 +170,35 @@ def rendered(spec_path: str | Path | None = None, *, values_path: str | Path | N
     def one(r: Release):
         return (r, *rendering.render_values(dict(r.values), helm=helm, kube_version=kube,
                                             release=r.name, namespace=r.namespace, chart=chart))
+    from concurrent.futures import ThreadPoolExecutor
+
     # one helm process per release, side by side (helm is the slow part)
     with ThreadPoolExecutor(max_workers=min(4, len(releases))) as pool:
         out = list(pool.map(one, releases))
     warnings = [f for f in fleet.findings if f.severity == "warning"]
     progress("fit check of every release on the fleet's nodes")
     warnings += fit_findings(fleet, [(r, objs) for r, _, objs in out])
+    warnings += drain_findings(fleet, [(r, objs) for r, _, objs in out])
     return [(r, text) for r, text, _ in out], warnings
+
+
+def drain_findings(fleet: Fleet, rendered_releases: list[tuple[Release, list[dict]]]) -> list[Finding]:
+    """A warning for each workload whose rendered objects would block or hurt a node drain
+    (the remediation controller's and rollout's; gpuvalues.operations.drain.drain_blockers)."""
+    from gpuvalues.operations.drain import drain_blockers
+    from gpuvalues.operations.remediation import TAINT_KEY
+
+    spec = fleet.spec
+    out = []
+    for r, objs in rendered_releases:
+        if r.is_platform:
+            continue
+        wi = [w.name for w in spec.workloads].index(r.workload)
+        source, line, col = spec.position("workloads", wi)
+        for problem in drain_blockers(objs, TAINT_KEY):
+            out.append(Finding("GV020", f"{r.workload}: {problem}", f"workloads[{wi}]", source, line,
+                               col, "warning"))
+    return out
 
 
 def fit_findings(fleet: Fleet, rendered_releases: list[tuple[Release, list[dict]]]

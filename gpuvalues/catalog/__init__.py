@@ -35,6 +35,9 @@ from gpuvalues.yamlio import parse_yaml
 DATA_DIR = Path(__file__).resolve().parent / "gpus"
 
 
+# Model sizes come in decimal GB (10^9 bytes, model cards); GPUs report GiB (2^30 bytes).
+GIB_PER_GB = 1e9 / 2**30
+
 @dataclass(frozen=True)
 class MigProfile:
     """A GPU-instance profile: `starts` are the allowed first memory slices (`-lgipp`)."""

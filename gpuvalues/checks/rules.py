@@ -14,6 +14,7 @@ Codes are stable: tools may match on them.
 from __future__ import annotations
 
 import difflib
+import math
 import functools
 import json
 import re
@@ -69,6 +70,15 @@ def _describe(error: ValidationError) -> str:
         got = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
                dict: "object", type(None): "null"}.get(type(error.instance), "?")
         return f"expected {error.validator_value}, got {got} {_short(error.instance)}"
+    if error.validator in ("maxItems", "minItems") and isinstance(error.instance, list):
+        bound = "at most" if error.validator == "maxItems" else "at least"
+        return f"{len(error.instance)} items, {bound} {error.validator_value} allowed"
+    if error.validator in ("maxProperties", "minProperties") and isinstance(error.instance, dict):
+        bound = "at most" if error.validator == "maxProperties" else "at least"
+        return f"{len(error.instance)} keys, {bound} {error.validator_value} allowed"
+    if error.validator in ("maxLength", "minLength") and isinstance(error.instance, str):
+        bound = "at most" if error.validator == "maxLength" else "at least"
+        return f"{_short(error.instance)} has {len(error.instance)} characters, {bound} {error.validator_value}"
     if error.validator == "not" and error.validator_value == {"pattern": ":latest(@|$)"}:
         return "image tag must be pinned, not 'latest'"
     if _alternative_keys(error):
@@ -241,6 +251,27 @@ class Context:
     shared_replicas: int | None = None    # time-slicing/MPS replicas per GPU on those nodes
 
 
+def pdb_blocks_drains(min_available: Any, max_unavailable: Any, replicas: int | None) -> bool:
+    """True when a PodDisruptionBudget leaves no pod evictable at `replicas` (the minimum):
+    minAvailable (a count, or a percentage rounded up as the disruption controller does,
+    pkg/controller/disruption `GetScaledValueFromIntOrPercent(..., roundUp=true)`) >= replicas,
+    or maxUnavailable 0. The chart's templates/validation.yaml fails on the same cases
+    (tests/chart/test_rules_agree.py compares the two)."""
+    if min_available is not None:
+        if replicas is None:
+            return str(min_available) == "100%"
+        text = str(min_available)
+        if text.endswith("%"):
+            need = math.ceil(int(text[:-1]) * replicas / 100)
+        else:
+            n = _quantity_int(min_available)
+            if n is None:
+                return False
+            need = n
+        return need >= replicas
+    return str(0 if max_unavailable is None else max_unavailable) in ("0", "0%")
+
+
 def _get(values: Any, *path: str, default: Any = None) -> Any:
     for p in path:
         if not isinstance(values, dict) or p not in values:
@@ -377,14 +408,13 @@ def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded 
     if _get(values, "pdb", "enabled", default=False):
         max_un = _get(values, "pdb", "maxUnavailable")
         min_av = _get(values, "pdb", "minAvailable")
-        if min_av is not None:
-            n = _quantity_int(min_av)
-            if min_av == "100%" or (n is not None and floor is not None and n >= floor):
+        if pdb_blocks_drains(min_av, max_un, floor):
+            if min_av is not None:
                 add("GV004", f"minAvailable {min_av} leaves no pod evictable with "
                     f"{floor} replicas: node drains block forever", "pdb", "minAvailable")
-        elif max_un in (0, "0", "0%"):
-            add("GV004", "maxUnavailable 0 forbids every eviction: node drains block forever",
-                "pdb", "maxUnavailable")
+            else:
+                add("GV004", "maxUnavailable 0 forbids every eviction: node drains block forever",
+                    "pdb", "maxUnavailable")
 
     # GV005 (whole / shared): maxReplicas x GPUs per replica beyond the inventory.
     if ctx.inventory_gpus and mode in ("whole", "dra") and not profile:

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from gpuvalues.catalog import GIB_PER_GB
 from gpuvalues.errors import Finding, PlanError
 from gpuvalues.fleet.placement import Placement, spec_error
 from gpuvalues.fleet.spec import NodePool, Spec
@@ -213,7 +214,7 @@ def lay_out(spec: Spec, placements: Sequence[Placement], peaks: Mapping[str, int
 
     plan = None
     if mig_pools:
-        plan = _mig_layout(placements, peaks, mig_pools, groups, dp_configs, mig_configs,
+        plan = _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_configs,
                            filters, units, notes, shortages, used_names,
                            dict(objective=objective, baselines=baselines, time_limit=time_limit))
     mig_parted = migparted.build_mig_parted_config(mig_configs, device_filters=filters or None) \
@@ -242,7 +243,7 @@ def _share_out(members: Sequence[Placement], peaks: Mapping[str, int], slots: in
                                   got[p.workload] // p.count, what))
 
 
-def _mig_layout(placements, peaks, mig_pools, groups, dp_configs, mig_configs, filters,
+def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_configs, filters,
                 units, notes, shortages, used_names, solve):
     """Step 3: the MIG pools' layout by the optimal planner, one solve for all of them."""
     from gpuvalues.planners import milp   # HiGHS + numpy: imported only when MIG is planned
@@ -253,7 +254,9 @@ def _mig_layout(placements, peaks, mig_pools, groups, dp_configs, mig_configs, f
     for p in members:
         free = by_pool[p.pool.name][1]
         cap = p.units_per_gpu * free * p.pool.gpus_per_node
+        w = next(w for w in spec.workloads if w.name == p.workload)
         demands.append(milp.ModelDemand(p.workload, replicas=min(peaks[p.workload], cap),
+                                        memory_gb=w.memory_gib / GIB_PER_GB if w.memory_gib else None,
                                         allowed_profiles=(p.mig_profile,), pools=(p.pool.name,)))
     inputs = [milp.NodePool(pool.name, pool.gpu, pool.gpus_per_node, free, mig_enabled=True,
                             price_per_gpu=pool.price_per_gpu_hour)

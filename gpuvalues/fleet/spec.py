@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from gpuvalues import yamlio
+from gpuvalues.catalog import GIB_PER_GB
 from gpuvalues.errors import Finding, SpecError
 from gpuvalues.kube import kube_minor
 
 SHARING_MODES = ("auto", "whole", "mig", "time-slicing", "mps", "dra")
-GIB_PER_GB = 1e9 / 2**30      # memoryGB is decimal GB; GPUs report GiB
 
 
 @dataclass(frozen=True)

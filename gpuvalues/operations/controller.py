@@ -26,9 +26,9 @@ from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
-from gpuvalues.errors import GpuValuesError
+from gpuvalues.errors import SpecError
 from gpuvalues.operations import drain as drainlib
-from gpuvalues.operations.remediation import (CONDITION_TYPE, HELD, RESET_LABEL, TAINT_EFFECT, TAINT_KEY, Config,
+from gpuvalues.operations.remediation import (CONDITION_TYPE, RESET_LABEL, TAINT_EFFECT, TAINT_KEY, Config,
                                               NodeView, Record, State, Taint, step)
 from gpuvalues.operations.signals import PrometheusError, Prometheus, SignalConfig, faults_from_results, node_faults
 
@@ -36,8 +36,8 @@ OWNER = "gpu-inference-remediation"
 log = logging.getLogger("gpuvalues.remediate")
 
 
-class RemediateError(GpuValuesError):
-    """Bad options or an unreachable cluster at start-up."""
+class RemediateError(SpecError):
+    """Bad options, config file or kubeconfig at start-up (exit 2, one line)."""
 
 
 @dataclass(frozen=True)
@@ -512,7 +512,7 @@ def main(opts: Options) -> int:
             srv.shutdown()
 
 
-__all__ = ["Options", "Controller", "LeaseElector", "Metrics", "main", "HELD"]
+__all__ = ["Options", "Controller", "LeaseElector", "Metrics", "main", "options_from_args"]
 
 
 # --- options ----------------------------------------------------------------------------

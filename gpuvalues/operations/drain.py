@@ -358,3 +358,48 @@ def remove_taint(core, name: str, key: str, owner: str,
     ann = {OWNER_ANNOTATION: _with_owner(node, owner, f"taint:{key}", False), **(extra_annotations or {})}
     _patch(core, node, {"taints": taints}, ann, dry_run)
     return True
+
+
+# --- what would block a drain, from rendered manifests ------------------------------------------
+
+def tolerates(toleration: Mapping, key: str, effect: str) -> bool:
+    """core/v1 Toleration matching (k8s.io/api core/v1 toleration.go ToleratesTaint): an
+    empty key with operator Exists matches every key; an empty effect matches every effect."""
+    if toleration.get("effect") and toleration["effect"] != effect:
+        return False
+    if not toleration.get("key"):
+        return toleration.get("operator") == "Exists"
+    return toleration["key"] == key
+
+
+def drain_blockers(objects: Iterable[Mapping], taint_key: str, taint_effect: str = "NoSchedule") -> list[str]:
+    """Why a drain of these rendered objects' GPU Deployments would hurt or stall: fewer
+    than 2 replicas (HPA minReplicas, else spec.replicas), a toleration of the quarantine
+    taint (pods would come back to the quarantined node), no PodDisruptionBudget, a PDB
+    other than maxUnavailable 1, or one without unhealthyPodEvictionPolicy AlwaysAllow
+    (a pod stuck unready on a broken GPU could not be evicted). Empty: drainable."""
+    objects = list(objects)
+    problems = []
+    deps = [d for d in objects if d.get("kind") == "Deployment" and is_gpu_pod({"spec": d["spec"]["template"]["spec"]})]
+    hpas = {h["spec"]["scaleTargetRef"]["name"]: h for h in objects if h.get("kind") == "HorizontalPodAutoscaler"}
+    pdbs = [p for p in objects if p.get("kind") == "PodDisruptionBudget"]
+    for d in deps:
+        name = d["metadata"]["name"]
+        replicas = hpas[name]["spec"].get("minReplicas", 1) if name in hpas else d["spec"].get("replicas", 1)
+        if replicas < 2:
+            problems.append(f"{name}: {replicas} replica(s): draining its node takes the service down")
+        for t in d["spec"]["template"]["spec"].get("tolerations") or []:
+            if tolerates(t, taint_key, taint_effect):
+                problems.append(f"{name}: tolerates the quarantine taint {taint_key} ({t})")
+        labels = d["spec"]["template"]["metadata"].get("labels") or {}
+        mine = [p for p in pdbs if all(labels.get(k) == v for k, v in
+                                      ((p["spec"].get("selector") or {}).get("matchLabels") or {}).items())]
+        if not mine:
+            problems.append(f"{name}: no PodDisruptionBudget: a drain may evict every replica at once")
+        for p in mine:
+            if p["spec"].get("maxUnavailable") != 1:
+                problems.append(f"{name}: PDB {p['metadata']['name']} is not maxUnavailable 1 "
+                                f"(maxUnavailable {p['spec'].get('maxUnavailable')}, minAvailable {p['spec'].get('minAvailable')})")
+            if p["spec"].get("unhealthyPodEvictionPolicy") != "AlwaysAllow":
+                problems.append(f"{name}: PDB {p['metadata']['name']} lacks unhealthyPodEvictionPolicy AlwaysAllow")
+    return problems

@@ -27,9 +27,10 @@ controller resumes where the last one stopped. Safety rules:
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
 PREFIX = "remediation.gpu-inference.io"
@@ -109,6 +110,8 @@ class Record:
         """Parse a node's annotations; missing or unreadable ones mean healthy (a hand
         edit must not crash the controller; ownership then defaults to nothing owned)."""
         annotations = annotations or {}
+        if ANN_STATE not in annotations and ANN_RECORD not in annotations:
+            return _HEALTHY
         try:
             state = State(annotations.get(ANN_STATE, State.HEALTHY.value))
         except ValueError:
@@ -126,6 +129,9 @@ class Record:
                    str(body.get("reason", "")), owned, evicted)
 
 
+_HEALTHY = Record()
+
+
 @dataclass(frozen=True)
 class NodeView:
     """The parts of a Node the machine reads."""
@@ -136,8 +142,9 @@ class NodeView:
     annotations: tuple[tuple[str, str], ...] = ()
     gpu_node: bool = True
 
-    @property
+    @functools.cached_property
     def record(self) -> Record:
+        """The record in the annotations (parsed once per view)."""
         return Record.from_annotations(dict(self.annotations))
 
     @classmethod

@@ -57,7 +57,8 @@ SIGNALS = ("xid", "dbe", "row-remap", "nvlink", "exporter", "allocatable", "cond
 
 
 class PrometheusError(GpuValuesError):
-    """Prometheus could not be queried (the sync is skipped: no signal is not health)."""
+    """Prometheus could not be queried. Internal to the loop (the sync is skipped: no
+    signal is not health); never a start-up error."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,12 @@ class Prometheus:
         try:
             with urllib.request.urlopen(u, timeout=self.timeout) as r:  # noqa: S310 (configured URL)
                 body = json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            # 400/422/503 carry the API's JSON error body (errorType, error)
+            try:
+                body = json.loads(e.read())
+            except ValueError:
+                raise PrometheusError(f"{self.url}: query failed: HTTP {e.code}") from None
         except (urllib.error.URLError, OSError, ValueError) as e:
             raise PrometheusError(f"{self.url}: query failed: {e}") from None
         if body.get("status") != "success":

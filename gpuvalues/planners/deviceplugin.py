@@ -17,7 +17,6 @@ Public API:
 from __future__ import annotations
 
 import re
-import uuid
 from typing import Any, Mapping, Sequence
 
 from gpuvalues.catalog import GpuModel, get_gpu, gfd_product_label, mig_resource_name  # noqa: F401 (public re-export)
@@ -80,6 +79,7 @@ def _is_uint(s: str) -> bool:
 
 
 def _is_uuid(s: str) -> bool:
+    import uuid          # only when a config lists device UUIDs (keeps CLI start-up light)
     try:
         uuid.UUID(s)
     except ValueError:

@@ -28,7 +28,14 @@ Public API (frozen dataclasses; all pure):
 - `NodePool(name, gpu, gpus_per_node=8, nodes=1, mig_enabled=True, sharing=None,
   sharing_replicas=None, price_per_gpu=None)`.
 - `plan(demands, pools, *, objective="gpus"|"cost", prices=None, baselines=True,
-  time_limit=30.0)` -> `Plan`; raises `PlanError` saying which model or capacity is short.
+  time_limit=30.0, gap_tolerance=0.0)` -> `Plan`; raises `PlanError` saying which model, pool
+  or constraint (total capacity, one pool's capacity, integrality) is short. The time limit
+  is shared by solver and baselines; the LP rounding (floor, then the remainder solved
+  exactly) is the warm start and the floor of the result, so a plan is never worse than it.
+  Identical GPUs are counts throughout: one `mig.place` per layout, not per GPU.
+- `replan(demands, pools, current, *, gpu_slack=0, max_node_changes=None,
+  max_unavailable_per_pool=None, time_limit=30.0)` -> `replan.Replan`: fewest GPUs, then
+  fewest node reconfigurations against the current layout (`gpuvalues.planners.replan`).
   `prices` maps a GPU model (any alias) to a price per GPU; `NodePool.price_per_gpu` wins.
 - `Plan.to_dict()` (for JSON/YAML), `Plan.mig_parted_config`, `Plan.node_labels`,
   `Plan.device_plugin_configs`, `Plan.baselines`, `Plan.lp_bound`, `Plan.gap`.
@@ -734,7 +741,8 @@ def _round_residual(model: _Model, demands: Sequence[ModelDemand], costs: list[f
     return val + np.round(sol)
 
 
-def _run(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capacity=True, rel_gap=0.0):
+def _run(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capacity=True, rel_gap=0.0,
+         solver_layouts=True):
     """Solve one model: LP, LP rounding as a warm start, then the MIP within `time_limit`; the
     result is the better of the MIP's incumbent and the rounding (never worse than rounding).
     Returns (model, None) when infeasible, else (model, (status, info, sol, cols, secs, lp, extra))
@@ -745,8 +753,10 @@ def _run(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capac
             return model, None
     integral = all(float(c).is_integer() for c in costs)
     t0 = time.perf_counter()
+    # the LP relaxation runs to the end whatever the limit (milliseconds even at 262,144 GPUs):
+    # the rounding, the plan's floor, needs it
     lp_status, lp_info, lp_sol, cols = _solve(model, demands, costs, integer=False, capacity=capacity,
-                                              time_limit=time_limit)
+                                              time_limit=max(time_limit, 30.0))
     if lp_status != highspy.HighsModelStatus.kOptimal or lp_sol is None:
         return model, None
     lp = float(lp_info.objective_function_value)
@@ -765,6 +775,10 @@ def _run(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capac
     # the plan keeps the solver's layouts rather than the LP vertex's (the rounding stays the
     # fallback); otherwise it is the MIP's warm start.
     proven = rounded is not None and lp_ceil >= r_obj - 1e-9
+    if proven and not solver_layouts:   # the caller only needs an optimal solution: done
+        status, info, sol = highspy.HighsModelStatus.kOptimal, None, rounded
+        extra = {"objective": r_obj, "bound": max(lp, lp_ceil), "rounded": r_obj}
+        return model, (status, info, sol, cols, time.perf_counter() - t0, lp if with_bounds else None, extra)
     if left > 0:
         status, info, sol, cols = _solve(model, demands, costs, integer=True, time_limit=left,
                                          abs_gap=0.999 if integral else 1e-6, rel_gap=rel_gap,
@@ -994,6 +1008,9 @@ def _baselines(demands, pools, costs, deadline: float | None = None) -> list[Bas
     without pool capacities so it still reports how many GPUs it would take. All share what is
     left of the plan's time limit (`deadline`, perf_counter seconds)."""
     out = []
+    # a baseline is another layout strategy: the fleet's pinned profiles do not bind it
+    demands = [ModelDemand(d.name, d.replicas, d.throughput, d.throughput_per_instance, d.memory_gb,
+                           d.excluded_profiles, None, d.pools) for d in demands]
     for name, rule, note in BASELINES:
         left = 30.0 if deadline is None else deadline - time.perf_counter()
         if left <= 0:

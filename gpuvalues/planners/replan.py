@@ -79,6 +79,7 @@ class Replan:
     gpus_optimum: int              # fewest GPUs under the budgets (first objective)
     gpus_lp_bound: float
     nodes_changed: tuple[str, ...]
+    nodes_drained: tuple[str, ...]  # changed nodes that had a config (unlisted ones are only labelled)
     changes_lp_bound: float        # LP bound on node changes with GPUs <= optimum + slack
     pods_displaced: int
     pods_estimated: bool           # True when some changed node did not say its pods
@@ -94,7 +95,8 @@ class Replan:
         return {
             "gpus_used": self.gpus_used, "gpus_optimum": self.gpus_optimum,
             "gpus_lp_bound": round(self.gpus_lp_bound, 3),
-            "nodes_changed": len(self.nodes_changed), "changes_lp_bound": round(self.changes_lp_bound, 3),
+            "nodes_changed": len(self.nodes_changed), "nodes_drained": len(self.nodes_drained),
+            "changes_lp_bound": round(self.changes_lp_bound, 3),
             "pods_displaced": self.pods_displaced, "pods_estimated": self.pods_estimated,
             "optimal": self.optimal, "solve_seconds": round(self.solve_seconds, 4),
             "changes_by_pool": dict(self.changes_by_pool),
@@ -165,8 +167,10 @@ def _groups(model, current: CurrentLayout) -> list[list[_Group]]:
 
 
 def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node_changes, max_unavailable,
-          integer: bool, time_limit: float):
-    """Build and solve one stage; returns (status, objective, solution, columns, mip bound)."""
+          integer: bool, time_limit: float, start: np.ndarray | None = None,
+          fix_keep: Mapping[tuple[int, int], int] | None = None, feasibility: bool = False):
+    """Build and solve one stage; returns (status, objective, solution, columns, current keys,
+    bound). `start`: a warm start; `fix_keep`: pin keep[k,g]; `feasibility`: any solution."""
     cols: list[tuple] = []
     cur_keys: list[list[tuple]] = []
     for k, keys in enumerate(model.layouts):
@@ -187,6 +191,8 @@ def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node
     for c, i in col.items():
         if c[0] == "keep":
             upper[i] = len(groups[c[1]][c[2]].nodes)
+            if fix_keep is not None and (c[1], c[2]) in fix_keep:
+                lower[i] = upper[i] = fix_keep[(c[1], c[2])]
     rows_lo, rows_hi, starts, index, value = [], [], [0], [], []
 
     def add_row(entries, lo, hi):
@@ -237,6 +243,9 @@ def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node
         for j, v in change_terms:
             cost[j] = v
         offset = change_const
+    if feasibility:
+        cost[:] = 0.0
+        offset = 0.0
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = n, len(rows_lo)
     lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, lower, upper
@@ -258,6 +267,11 @@ def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node
         h.setOptionValue("mip_rel_gap", 0.0)
         h.setOptionValue("mip_abs_gap", 0.999)   # both objectives are integers
     h.passModel(lp)
+    if integer and start is not None:
+        warm = highspy.HighsSolution()
+        warm.col_value = list(map(float, start))
+        warm.value_valid = True
+        h.setSolution(warm)
     h.run()
     status, info = h.getModelStatus(), h.getInfo()
     sol = np.array(h.getSolution().col_value) if info.primal_solution_status == 2 else None
@@ -284,31 +298,59 @@ def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.NodePool], 
             raise milp._diagnose(model, demands, [1.0] * len(pools))
     groups = _groups(model, current)
     budgets = dict(max_node_changes=max_node_changes, max_unavailable=max_unavailable_per_pool)
-    st_lp, lp1, _, _, _, _ = _milp(model, demands, groups, stage=1, gpu_cap=None, integer=False,
-                                   time_limit=time_limit, **budgets)
+    st_lp, lp1, _, cols1, keys1, _ = _milp(model, demands, groups, stage=1, gpu_cap=None, integer=False,
+                                       time_limit=time_limit, **budgets)
     if st_lp != highspy.HighsModelStatus.kOptimal:
         if max_node_changes is None and max_unavailable_per_pool is None:
             raise milp._diagnose(model, demands, [1.0] * len(pools))
         raise _budget_error(model, demands, groups, max_node_changes, max_unavailable_per_pool)
     left = lambda: time_limit - (time.perf_counter() - t0)  # noqa: E731
-    st1, g1, sol1, cols, cur_keys, b1 = _milp(model, demands, groups, stage=1, gpu_cap=None, integer=True,
-                                              time_limit=left(), **budgets)
+    st1 = sol1 = None
+    if max_node_changes is None and max_unavailable_per_pool is None:
+        # no budget: any node may change, so the fewest GPUs is `plan`'s optimum (LP rounding,
+        # warm start); its solution, with every node changed, is a stage-1 solution too
+        _, res = milp._run(demands, pools, [1.0] * len(pools), "optimal", left(), solver_layouts=False)
+        if res is not None:
+            status, _, psol, pcols, _, _, extra = res
+            pidx = {c: i for i, c in enumerate(pcols)}
+            sol1 = np.array([psol[pidx[c]] if c in pidx else 0.0 for c in cols1])
+            g1, st1, cols, cur_keys = extra["objective"], status, cols1, keys1
+    if sol1 is None:
+        st1, g1, sol1, cols, cur_keys, b1 = _milp(model, demands, groups, stage=1, gpu_cap=None, integer=True,
+                                                  time_limit=left(), **budgets)
     if sol1 is None:
         if st1 == highspy.HighsModelStatus.kTimeLimit:
             raise PlanError(f"no re-plan found within the time limit ({time_limit:g} s): raise it", field="time_limit")
         raise _budget_error(model, demands, groups, max_node_changes, max_unavailable_per_pool)
     gpus_opt = int(round(g1))
     cap = gpus_opt + gpu_slack
-    _, lp2, _, _, _, _ = _milp(model, demands, groups, stage=2, gpu_cap=cap, integer=False,
-                               time_limit=max(left(), 1e-3), **budgets)
+    _, lp2, lp2_sol, cols, _, _ = _milp(model, demands, groups, stage=2, gpu_cap=cap, integer=False,
+                                        time_limit=max(left(), 1e-3), **budgets)
+    start = _stage2_start(model, demands, groups, lp2_sol, cols, cap, budgets, left) if lp2_sol is not None else None
     st2, c2, sol2, cols, cur_keys, b2 = _milp(model, demands, groups, stage=2, gpu_cap=cap, integer=True,
-                                              time_limit=max(left(), 1e-3), **budgets)
+                                              time_limit=max(left(), 1e-3), start=start, **budgets)
     optimal = st1 == highspy.HighsModelStatus.kOptimal and st2 == highspy.HighsModelStatus.kOptimal
     sol = sol2 if sol2 is not None else sol1
     warnings = [] if optimal else [f"solver stopped at the time limit ({time_limit:g} s); the re-plan is valid but "
                                    "may not be minimal"]
     return _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, optimal,
                    time.perf_counter() - t0, warnings)
+
+
+def _stage2_start(model, demands, groups, lp_sol, cols, cap, budgets, left) -> np.ndarray | None:
+    """A warm start for the change-minimising stage: keep the LP's kept nodes rounded down and
+    find any plan on the rest (one quick feasibility MIP); if that fails, change one more
+    node of each partly kept group. Most re-plans then only need HiGHS to confirm the bound."""
+    keep_lp = {(c[1], c[2]): float(v) for c, v in zip(cols, lp_sol) if c[0] == "keep"}
+    for extra in (0, 1):
+        fix = {kg: max(0, math.floor(v + 1e-6) - (extra if v < len(groups[kg[0]][kg[1]].nodes) - 1e-6 else 0))
+               for kg, v in keep_lp.items()}
+        st, _, sol, _, _, _ = _milp(model, demands, groups, stage=2, gpu_cap=cap, integer=True,
+                                    time_limit=max(min(left() / 4, 2.0), 1e-3), fix_keep=fix, feasibility=True,
+                                    **budgets)
+        if sol is not None:
+            return sol
+    return None
 
 
 def _budget_error(model, demands, groups, max_node_changes, max_unavailable) -> PlanError:
@@ -335,7 +377,7 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, opt
     x = {(c[1], c[2]): v for c, v in val.items() if c[0] == "x"}
     z = {(c[1], c[2], c[3]): v for c, v in val.items() if c[0] == "z"}
     z = milp._trim(z, model, demands)
-    pool_plans, node_cfg, prev, changed, labels, node_configs = [], {}, {}, [], {}, {}
+    pool_plans, node_cfg, prev, changed, drained, labels, node_configs = [], {}, {}, [], [], {}, {}
     dp_configs: dict[str, dict] = {}
     pods, estimated = 0, False
     by_pool: dict[str, int] = {}
@@ -407,6 +449,8 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, opt
             prev[nd.name] = nd.config
             if name != nd.config or sig != nd.signature:
                 changed.append(nd.name)
+                if g.listed:
+                    drained.append(nd.name)
                 by_pool[pool.name] = by_pool.get(pool.name, 0) + 1
                 if nd.pods is None:
                     estimated = True
@@ -451,6 +495,6 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, opt
                          warnings=tuple(warnings + milp._warnings(model, demands)), mig_parted_config=mp,
                          node_labels=labels, device_plugin_configs=dp_configs)
     return Replan(plan=new_plan, gpus_used=gpus_used, gpus_optimum=gpus_opt, gpus_lp_bound=lp1,
-                  nodes_changed=tuple(sorted(changed)), changes_lp_bound=lp2, pods_displaced=pods,
+                  nodes_changed=tuple(sorted(changed)), nodes_drained=tuple(sorted(drained)), changes_lp_bound=lp2, pods_displaced=pods,
                   pods_estimated=estimated, node_configs=node_configs, previous_configs=prev,
                   changes_by_pool=by_pool, optimal=optimal, solve_seconds=secs, warnings=tuple(warnings))

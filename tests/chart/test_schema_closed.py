@@ -38,6 +38,8 @@ ESCAPE_HATCHES = {
                                       "and the API server's strict field validation check it)",
     "#/properties/initContainers/items": "a Kubernetes Container, rendered verbatim",
     "#/properties/sidecars/items": "a Kubernetes Container, rendered verbatim",
+    "#/properties/autoscaling/properties/externalMetric/properties/selector":
+        "a Kubernetes LabelSelector of the External metric, rendered verbatim",
     "labelSelector/properties/matchLabels": "label map of a Kubernetes LabelSelector",
     "namespaceSelector/properties/matchLabels": "label map of a Kubernetes LabelSelector",
     "podSelector/properties/matchLabels": "label map of a Kubernetes LabelSelector",

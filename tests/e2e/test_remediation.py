@@ -268,6 +268,7 @@ def test_xid_quarantines_drains_through_pdb_and_recovers_only_leader_acts(kube, 
         t_seen = time.monotonic()
         kube.wait("the node tainted", lambda: our_taint(node(kube, bad)), timeout=6 * SYNC, interval=0.2)
         took = time.monotonic() - t_seen
+        print(f"quarantined {took:.2f}s after the Xid reached Prometheus (sync period {SYNC}s)")
         assert took <= 2 * SYNC + 1.0, f"quarantined {took:.1f}s after the Xid was in Prometheus (> 2 sync periods)"
         n = node(kube, bad)
         assert any(t["key"] == TAINT_KEY and t["effect"] == "NoSchedule" for t in n["spec"]["taints"])
@@ -472,3 +473,84 @@ def test_dry_run_changes_nothing(kube, namespace, pool, dcgm, tmp_path):
         rem.stop()
         with exporter.lock:
             exporter.xid.pop(x, None)
+
+
+def _gpu_deployment(name: str, namespace: str, pool: str, min_available: int) -> list[dict]:
+    """A bare Deployment (1 GPU) and a PDB that forbids every eviction when
+    min_available equals the replicas (the case delete-after-timeout exists for)."""
+    labels = {"app": name}
+    return [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
+         "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+             "metadata": {"labels": labels},
+             "spec": {"nodeSelector": {POOL: pool},
+                      "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
+                      "containers": [{"name": "c", "image": "registry.example/e2e:1",
+                                      "resources": {"limits": {GPU: "1"}}}]}}}},
+        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": namespace},
+         "spec": {"minAvailable": min_available, "selector": {"matchLabels": labels}}},
+    ]
+
+
+def test_namespace_drain_modes_skip_and_delete_after_timeout(kube, namespace, pool, dcgm, tmp_path):
+    exporter, prom = dcgm
+    [x] = pool("rem-modes", [3])
+    with exporter.lock:
+        exporter.nodes.add(x)
+    skip_ns, del_ns = f"{namespace}-skip", f"{namespace}-del"
+    try:
+        for ns, mode in ((skip_ns, "Skip"), (del_ns, "DeleteAfterTimeout")):
+            kube.kubectl("create", "namespace", ns)
+            kube.kubectl("annotate", "namespace", ns, f"remediation.gpu-inference.io/drain-mode={mode}",
+                         "remediation.gpu-inference.io/delete-after-seconds=4")
+        objs = (_gpu_deployment("kept", skip_ns, "rem-modes", 1) + _gpu_deployment("stuck", del_ns, "rem-modes", 1)
+                + _gpu_deployment("evicted", namespace, "rem-modes", 0))
+        kube.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
+        for ns, app in ((skip_ns, "kept"), (del_ns, "stuck"), (namespace, "evicted")):
+            kube.wait(f"{app} Ready", lambda ns=ns, app=app: ready_on(kube, ns, f"app={app}") == [x])
+        stuck = live_pods(kube, del_ns, "app=stuck")[0]["metadata"]["uid"]
+        rem = Remediator(kube, namespace, tmp_path, prom, "rem-modes")
+        try:
+            rem.start("m")
+            with exporter.lock:
+                exporter.xid[x] = 79
+            kube.wait("drained", lambda: state(node(kube, x)) == "drained", timeout=60)
+            # default namespace: evicted; PDB minAvailable 1 of 1 blocked the eviction, so the
+            # opted-in namespace's pod was deleted after its timeout; the opted-out pod stays.
+            assert [e["involvedObject"]["uid"] for e in controller_events(kube, "GpuRemediationDeleted", del_ns)] == [stuck]
+            assert rem.sample("m", 'gpu_remediation_evictions_total{outcome="blocked"}') >= 1
+            assert len(controller_events(kube, "GpuRemediationEvicted", namespace)) == 1
+            assert ready_on(kube, skip_ns, "app=kept") == [x]
+            assert not controller_events(kube, "GpuRemediationEvicted", skip_ns)
+        finally:
+            rem.stop()
+    finally:
+        with exporter.lock:
+            exporter.xid.pop(x, None)
+        kube.kubectl("delete", "namespace", skip_ns, del_ns, "--wait=false", check=False)
+
+
+def test_node_signals_allocatable_and_foreign_condition(kube, namespace, pool, dcgm, tmp_path):
+    """Signals from the Node objects alone: the device plugin marking a GPU unhealthy
+    (allocatable below capacity) and a condition set by another detector (as Node Problem
+    Detector would); each quarantines its node, the untouched node stays healthy."""
+    exporter, prom = dcgm
+    lost, cond, fine = pool("rem-node", [2, 1, 1])
+    with exporter.lock:
+        exporter.nodes |= {lost, cond, fine}
+    rem = Remediator(kube, namespace, tmp_path, prom, "rem-node", conditions=["GpuXidError"])
+    try:
+        rem.start("s")
+        kube.kubectl("patch", "node", lost, "--subresource=status", "--type=merge",
+                     "-p", json.dumps({"status": {"allocatable": {GPU: "1"}}}))
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        kube.kubectl("patch", "node", cond, "--subresource=status", "--type=strategic", "-p", json.dumps(
+            {"status": {"conditions": [{"type": "GpuXidError", "status": "True", "reason": "NPDKernelLog",
+                                        "message": "NVRM: Xid 79", "lastHeartbeatTime": now,
+                                        "lastTransitionTime": now}]}}))
+        kube.wait("both quarantined", lambda: our_taint(node(kube, lost)) and our_taint(node(kube, cond)), timeout=30)
+        assert not our_taint(node(kube, fine)) and state(node(kube, fine)) == "healthy"
+        # the other detector's condition is left as it was
+        assert any(c["type"] == "GpuXidError" and c["status"] == "True" for c in node(kube, cond)["status"]["conditions"])
+    finally:
+        rem.stop()

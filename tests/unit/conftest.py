@@ -13,4 +13,4 @@ def _no_external_process(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError(f"a unit test started an external process: {args[:1]!r}; "
                              "move the test to tests/integration")
-    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)

@@ -14,7 +14,7 @@ from gpuvalues import cli
 from gpuvalues.checks.fleet import build_checked
 from gpuvalues.pipeline import combined_values
 from gpuvalues.checks.spec import load_spec
-from tests.conftest import ROOT, run
+from tests.conftest import ROOT
 
 BAD = Path(__file__).parent / "data" / "bad"
 EXPECTED = yaml.safe_load((BAD / "expected.yaml").read_text())
@@ -140,18 +140,6 @@ def test_values_several_workloads_and_artifacts(capsys, tmp_path):
     helm = [line.strip() for line in err.splitlines() if "helm upgrade --install" in line]
     assert [line.split()[3] for line in helm] == ["gpu-platform", "embed-small", "mistral-7b",
                                                   "llama-70b"]
-
-
-def test_stdin_and_debug_via_the_real_entry_point(tmp_path):
-    proc = run([GV, "values", "-", "--output", "json"], input=EXAMPLE.read_text())
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == {r.name: r.values for r in
-                                       build_checked(load_spec(EXAMPLE)).releases}
-    proc = run([GV, "validate", "-"], input="apiVersion: [\n")
-    assert proc.returncode == 2
-    assert proc.stderr.startswith("gpuvalues: error: <stdin>:2:1: invalid YAML")
-    proc = run([GV, "values", str(BAD / "wrong-type.yaml"), "--debug"])
-    assert proc.returncode == 2 and "Traceback" in proc.stderr
 
 
 def test_progress_and_quiet(capsys):

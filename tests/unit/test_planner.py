@@ -382,7 +382,9 @@ def test_time_limit_is_shared_with_the_baselines():
     p = plan(d, pools, time_limit=0.05)
     assert time.perf_counter() - t0 < 3.0   # three baselines of 30 s each before
     assert len(p.baselines) == 3
-    assert any("time limit" in b.note for b in p.baselines)
+    # each baseline finished within what was left, or says the time limit stopped it
+    # (which of the two depends on the machine's speed, not on the rule)
+    assert all(b.gpus is not None or "time limit" in b.note for b in p.baselines), p.baselines
 
 
 def test_rounding_is_a_valid_plan():

@@ -88,11 +88,13 @@ def run(seed):
 @pytest.mark.parametrize("seed", range(300))
 def test_replan_matches_exact_model(seed):
     dem, pool, cur, want, slack, budget = run(seed)
+    # one pool: a per-pool budget is the same limit as a total one (every third case uses it)
+    limits = {"max_unavailable_per_pool" if seed % 3 == 0 else "max_node_changes": budget}
     if want is None:
         with pytest.raises(PlanError):
-            replan(dem, [pool], cur, gpu_slack=slack, max_node_changes=budget)
+            replan(dem, [pool], cur, gpu_slack=slack, **limits)
         return
-    r = replan(dem, [pool], cur, gpu_slack=slack, max_node_changes=budget)
+    r = replan(dem, [pool], cur, gpu_slack=slack, **limits)
     assert r.optimal
     assert r.gpus_optimum == want[0]                      # GPU count optimal (first objective)
     assert len(r.nodes_changed) == want[1]                # node changes minimal under it
@@ -134,3 +136,16 @@ def test_pods_displaced_counts_the_changed_nodes():
                [NodePool("p", "A30", 1, 2)], cur)
     # one node must become 4g.24gb: the one with fewer pods (b)
     assert r.nodes_changed == ("b",) and r.pods_displaced == 1 and not r.pods_estimated
+
+
+def test_two_pools_change_only_where_needed():
+    # pool a can serve the extra 20 GB replica only by changing a node; pool b's nodes stay
+    cur = CurrentLayout((CurrentNode("a1", "a", "all-1g", ({"1g.6gb": 4},), pods=2),
+                         CurrentNode("a2", "a", "all-1g", ({"1g.6gb": 4},), pods=1),
+                         CurrentNode("b1", "b", "b-7g", ({"7g.80gb": 1},), pods=1)))
+    dem = [ModelDemand("s", replicas=4, memory_gb=5, pools=("a",)),
+           ModelDemand("big", replicas=1, memory_gb=20, pools=("a",)),
+           ModelDemand("huge", replicas=1, memory_gb=70, pools=("b",))]
+    r = replan(dem, [NodePool("a", "A30", 1, 2), NodePool("b", "A100-80GB", 1, 1)], cur)
+    assert r.nodes_changed == ("a2",) and r.changes_by_pool == {"a": 1} and r.pods_displaced == 1
+    assert r.node_configs["b1"] == "b-7g" and r.gpus_used == 3

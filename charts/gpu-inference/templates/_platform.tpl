@@ -178,6 +178,10 @@ capabilities:
   "DCGM_FI_DEV_ROW_REMAP_FAILURE, gauge, Whether remapping of rows has failed."
   "DCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, Ratio of time the graphics engine is active."
 -}}
+{{- if .Values.platform.remediation.enabled }}
+{{- /* the remediation controller's NVLink signal (gpuvalues/operations/signals.py) */}}
+{{- $required = append $required "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, counter, Total number of NVLink recovery errors." }}
+{{- end }}
 {{- $seen := dict -}}
 # FIELD, Prometheus type, help. Defaults from NVIDIA/dcgm-exporter etc/default-counters.csv,
 # plus the ECC/Xid/row-remap fields the chart's alerts need and DCGM_FI_PROF_GR_ENGINE_ACTIVE.

@@ -1,0 +1,79 @@
+"""Benchmark `milp.replan` (issue 17): re-plan after a load change with the fewest node changes.
+
+Fleet and mix: bench_planner's 10-model mix on 4,096 GPUs (half A100-80GB, half H100-80GB-SXM,
+8 per node). The current layout is the optimal plan at the base demand, put on named nodes.
+For each model, its demand rises 5% (replicas: ceil(1.05 r); throughput x 1.05) and the
+fleet is re-planned. Columns: GPUs after (fewest possible), nodes changed by `replan` (its
+LP bound, and whether HiGHS proved the minimum: the exact minimum under the first
+objective), and nodes whose config a plan from scratch would change (the issue's 2-151 GPU /
+2-19 node re-layouts).
+
+Targets: every replan < 2 s; changes equal to the proven minimum on all ten.
+Run: .venv/bin/python bench/bench_replan.py
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+from bench_planner import fleet, mix
+from gpuvalues.planners.milp import plan, replan
+from gpuvalues.planners.replan import CurrentLayout, CurrentNode
+
+
+def current_from(p, pools) -> CurrentLayout:
+    """The plan's node groups on named nodes (pool-node-<i>), as a running fleet would have them."""
+    nodes = []
+    for pp in p.pools:
+        i = 0
+        for ng in pp.node_groups:
+            for _ in range(ng.count):
+                i += 1
+                gpus = tuple(dict(d) if d is not None else {} for d in ng.devices)
+                nodes.append(CurrentNode(f"{pp.pool.name}-node-{i}", pp.pool.name, ng.config_name, gpus,
+                                         pods=sum(sum(d.values()) for d in gpus)))
+    return CurrentLayout(tuple(nodes))
+
+
+def changed_from_scratch(before, after) -> int:
+    """Nodes whose devices differ when a from-scratch plan is laid on the same nodes in order."""
+    def per_node(p):
+        out = []
+        for pp in p.pools:
+            for ng in pp.node_groups:
+                out += [(pp.pool.name, ng.devices)] * ng.count
+        return out
+    a, b = per_node(before), per_node(after)
+    b += [None] * (len(a) - len(b))
+    return sum(1 for x, y in zip(a, b) if x != y) + max(0, len(b) - len(a))
+
+
+def main() -> None:
+    n = 4096
+    pools = fleet(n)
+    base = mix(n / 16)
+    before = plan(base, pools, baselines=False)
+    cur = current_from(before, pools)
+    print(f"current: {before.gpus_used} GPUs on {len(cur.nodes)} configured nodes of {n // 8}")
+    print("| +5% on | GPUs after (fewest) | nodes changed | of them drained | LP bound | proven minimum | "
+          "replan (ms) | plan from scratch: nodes changed |")
+    print("|---|---:|---:|---:|---:|---|---:|---:|")
+    ok = True
+    for i, d in enumerate(base):
+        bumped = replace(d, replicas=math.ceil(d.replicas * 1.05)) if d.replicas is not None \
+            else replace(d, throughput=d.throughput * 1.05)
+        demands = base[:i] + [bumped] + base[i + 1:]
+        t0 = time.perf_counter()
+        r = replan(demands, pools, cur)
+        ms = (time.perf_counter() - t0) * 1000
+        scratch = changed_from_scratch(before, plan(demands, pools, baselines=False))
+        ok &= r.optimal and ms < 2000
+        print(f"| {d.name} | {r.gpus_used} ({r.gpus_optimum}) | {len(r.nodes_changed)} | {len(r.nodes_drained)} | "
+              f"{r.changes_lp_bound:.1f} | "
+              f"{'yes' if r.optimal else 'no'} | {ms:.0f} | {scratch} |")
+    print(f"\nreplan < 2 s and changes proven minimal on all ten: {'PASS' if ok else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    main()
