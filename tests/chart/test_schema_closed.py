@@ -27,8 +27,6 @@ ESCAPE_HATCHES = {
     "#/properties/podLabels": "label map",
     "#/properties/podAnnotations": "annotation map",
     "#/properties/nodeSelector": "node label map",
-    "#/properties/autoscaling/properties/externalMetric/properties/selector":
-        "label map of the HPA's external metric selector (matchLabels)",
     "#/properties/serviceAccount/properties/annotations": "annotation map (cloud IAM bindings)",
     "#/properties/service/properties/annotations": "annotation map",
     "#/properties/serviceMonitor/properties/labels": "label map",

@@ -310,7 +310,7 @@ CASES = {
                                      ["autoscaling.keda.activationQuery: with minReplicas 0 no server pod exists"]),
     "zero-with-min-available": ({"autoscaling": {"engine": "keda", "minReplicas": 0, "keda": {"activationQuery": "vector(1)"}},
                                  "pdb": {"minAvailable": 1}}, "1.35.0",
-                                ["pdb.minAvailable=1 with 0 replica(s)", "use pdb.maxUnavailable=1"]),
+                                ["pdb.minAvailable with autoscaling.minReplicas=0", "use pdb.maxUnavailable=1"]),
     "image-on-1.32": ({"model": {"source": "image", "image": {"reference": "r.example/m:v1"}}}, "1.32.0",
                       ["model.source=image needs Kubernetes >= 1.33", "v1.32.0"]),
     "image-without-reference": ({"model": {"source": "image"}}, "1.35.0", ["model.image.reference: model.source=image needs"]),
