@@ -52,7 +52,7 @@ def test_per_type_image_and_override_part_by_part(helm):
     assert c["image"] == "mirror.example.com/vllm:v0.12.1"
     digest = "sha256:" + "b" * 64
     c = server(render(helm, set_values={"server.images.vllm.digest": digest}))
-    assert c["image"] == f"vllm/vllm-openai:v0.11.0@{digest}"
+    assert c["image"] == f"vllm/vllm-openai:v0.33.0@{digest}"
 
 
 def test_custom_server_image_from_server_images_custom(helm4):

@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.chart.chartlib import HELMS, KUBE_MINORS, by_kind, crd_errors, crd_validators, k8s_errors, render, template
 from tests.conftest import CHART, ROOT
@@ -312,7 +313,7 @@ CASES = {
                                      ["autoscaling.keda.activationQuery: with minReplicas 0 no server pod exists"]),
     "zero-with-min-available": ({"autoscaling": {"engine": "keda", "minReplicas": 0, "keda": {"activationQuery": "vector(1)"}},
                                  "pdb": {"minAvailable": 1}}, "1.35.0",
-                                ["pdb.minAvailable with autoscaling.minReplicas=0"]),
+                                ["pdb.minAvailable with autoscaling.minReplicas=0", "use pdb.maxUnavailable=1"]),
     "image-on-1.32": ({"model": {"source": "image", "image": {"reference": "r.example/m:v1"}}}, "1.32.0",
                       ["model.source=image needs Kubernetes >= 1.33", "v1.32.0"]),
     "image-without-reference": ({"model": {"source": "image"}}, "1.35.0", ["model.image.reference: model.source=image needs"]),
@@ -399,6 +400,13 @@ def test_every_vllm_flag_exists_in_the_pinned_release(example):
     assert flags and flags <= VLLM_FLAGS, flags - VLLM_FLAGS
     assert {f"load-format={f}" for f in formats} <= VLLM_FLAGS
     assert {f"env:{e}" for e in envs} <= VLLM_FLAGS
+
+
+def test_default_vllm_image_is_the_release_the_flags_come_from():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["server"]["images"]["vllm"]["tag"] == "v0.33.0"
+    c = container(objs("helm", "gateway"))
+    assert c["image"] == "vllm/vllm-openai:v0.33.0"
 
 
 def test_flag_check_can_fail():

@@ -158,7 +158,7 @@ def test_custom_server_takes_everything_from_values(helm4):
 def test_image_digest(helm):
     digest = "sha256:" + "ab" * 32      # a syntactically valid digest, for rendering only
     c = server(render(helm, set_values={"server.image.digest": digest}))
-    assert c["image"] == f"vllm/vllm-openai:v0.11.0@{digest}"
+    assert c["image"] == f"vllm/vllm-openai:v0.33.0@{digest}"
 
 
 @pytest.mark.parametrize("kube, action", [("1.29.0", "exec"), ("1.30.0", "sleep"), ("1.37.0", "sleep")])

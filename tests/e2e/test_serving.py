@@ -207,7 +207,7 @@ def test_keda_scales_from_zero_when_the_queue_rises(kube, namespace, prometheus_
             f"--health-probe-bind-address=127.0.0.1:{health}",
             f"--metrics-service-bind-address=127.0.0.1:{harness.free_port()}", f"--cert-dir={certs}",
             "--enable-webhook-patching=false", "--zap-log-level=info"],
-            ready_url=f"http://127.0.0.1:{health}/healthz", timeout=90))
+            ready_url=f"http://127.0.0.1:{health}/healthz", timeout=240))
 
         values = values_of("scale-to-zero-keda", gateway={"enabled": True, "parentRefs": [{"name": "inference-gateway"}]})
         values["autoscaling"]["keda"].update({"serverAddress": f"http://127.0.0.1:{prom_port}", "pollingInterval": 1,
@@ -219,10 +219,10 @@ def test_keda_scales_from_zero_when_the_queue_rises(kube, namespace, prometheus_
             return kube.json("get", "deployment", full, "-n", namespace)["spec"].get("replicas")
 
         # Never active: KEDA takes the new Deployment (1 replica by default) to zero.
-        kube.wait("KEDA scaling the idle workload to 0", lambda: replicas() == 0, timeout=90, interval=1)
+        kube.wait("KEDA scaling the idle workload to 0", lambda: replicas() == 0, timeout=180, interval=1)
         # Requests wait in the gateway: the queue rises above activationThreshold (0).
         exporter.value = 3
-        kube.wait("KEDA scaling 0 -> 1 on the queue", lambda: replicas() == 1, timeout=90, interval=1)
+        kube.wait("KEDA scaling 0 -> 1 on the queue", lambda: replicas() == 1, timeout=180, interval=1)
         so = kube.json("get", "scaledobject", full, "-n", namespace)
         active = {c["type"]: c["status"] for c in so["status"]["conditions"]}
         assert active.get("Active") == "True", so["status"]
@@ -230,9 +230,18 @@ def test_keda_scales_from_zero_when_the_queue_rises(kube, namespace, prometheus_
             p for p in kube.pods(namespace, "app.kubernetes.io/component=inference") if p["spec"].get("nodeName")])[0]
         assert pod["spec"]["containers"][0]["startupProbe"]["failureThreshold"] * \
             pod["spec"]["containers"][0]["startupProbe"]["periodSeconds"] >= 600
+        # The PDB never blocks the lone woken replica: the real disruption controller allows
+        # evicting it (maxUnavailable 1), so a node drain is not stuck at 1 replica.
+        pdb = kube.wait("the PDB allowing one disruption at 1 replica", lambda: (lambda p: p if (
+            p.get("status", {}).get("disruptionsAllowed") == 1 and p["status"].get("expectedPods") == 1) else None)(
+            kube.json("get", "pdb", full, "-n", namespace)), timeout=120, interval=1)
+        assert pdb["spec"]["maxUnavailable"] == 1
         # Queue drained: after the cooldown (5 s here) KEDA returns it to zero.
         exporter.value = 0
-        kube.wait("KEDA scaling back to 0 after the cooldown", lambda: replicas() == 0, timeout=90, interval=1)
+        kube.wait("KEDA scaling back to 0 after the cooldown", lambda: replicas() == 0, timeout=180, interval=1)
+        # ... and at zero the PDB expects no pod and reports no error: nothing to protect.
+        kube.wait("the PDB at 0 expected pods", lambda: kube.json("get", "pdb", full, "-n", namespace)
+                  .get("status", {}).get("expectedPods") == 0, timeout=120, interval=1)
         # uninstall while KEDA runs: it removes its finalizer from the ScaledObject
         kube.helm("uninstall", release, "-n", namespace, "--wait", "--timeout", "60s")
     except AssertionError:

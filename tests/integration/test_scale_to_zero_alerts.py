@@ -34,17 +34,23 @@ def _alertnames(spec: dict) -> list[str]:
     return [r["alert"] for g in spec["groups"] for r in g["rules"] if "alert" in r]
 
 
-def _series(unavailable: str, replicas: str, minutes: int) -> list[dict]:
+def _series(unavailable: str, replicas: str, minutes: int, scaling_disabled: str | None = None) -> list[dict]:
     """What a healthy platform reports for the scaled-to-zero release (KEDA's HPA is
     keda-hpa-<name>), with the Deployment's unavailable/desired replicas given as promtool
-    value strings."""
+    value strings (all replicas are of the current revision: no rollout). At zero replicas
+    the HPA reports ScalingActive=False (reason ScalingDisabled): `scaling_disabled` is that
+    condition's 0/1 series."""
     hpa = f'namespace="{NS}",horizontalpodautoscaler="keda-hpa-{DEPLOY}",{KSM}'
     dep = f'namespace="{NS}",deployment="{DEPLOY}",{KSM}'
+    cond = f'{hpa},condition="ScalingActive"'
+    disabled = scaling_disabled or f"1x{minutes}"
     return [
         {"series": f"kube_deployment_status_replicas_unavailable{{{dep}}}", "values": unavailable},
         {"series": f"kube_deployment_spec_replicas{{{dep}}}", "values": replicas},
         # a scale-up from zero is no rollout: every pod is of the current revision
         {"series": f"kube_deployment_status_replicas_updated{{{dep}}}", "values": replicas},
+        {"series": f"kube_deployment_spec_strategy_rollingupdate_max_unavailable{{{dep}}}", "values": f"1x{minutes}"},
+        {"series": f'kube_horizontalpodautoscaler_status_condition{{{cond},status="false"}}', "values": disabled},
         {"series": f"kube_horizontalpodautoscaler_status_current_replicas{{{hpa}}}", "values": replicas},
         {"series": f"kube_horizontalpodautoscaler_spec_max_replicas{{{hpa}}}", "values": f"4x{minutes}"},
         {"series": f"kube_horizontalpodautoscaler_spec_min_replicas{{{hpa}}}", "values": f"0x{minutes}"},
@@ -68,7 +74,7 @@ def _promtool(promtool, tmp_path, spec, series, checks):
 
 def test_idle_at_zero_no_alert_fires(rules, promtool, tmp_path):
     names = _alertnames(rules)
-    assert "InferencePodsNotReady" in names and "InferenceHPAMaxedOut" in names
+    assert {"InferencePodsNotReady", "InferenceHPAMaxedOut", "InferenceHPAScalingInactive"} <= set(names)
     checks = [{"eval_time": t, "alertname": n, "exp_alerts": []} for n in names for t in ("30m", "119m")]
     proc = _promtool(promtool, tmp_path, rules, _series("0x120", "0x120", 120), checks)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -79,7 +85,7 @@ def test_cold_start_within_the_load_time_is_quiet(rules, promtool, tmp_path):
     checks = [{"eval_time": t, "alertname": n, "exp_alerts": []}
               for n in _alertnames(rules) for t in ("35m", "45m", "89m")]
     proc = _promtool(promtool, tmp_path, rules,
-                     _series("0x30 1x10 0x50", "0x30 1x60", 90), checks)
+                     _series("0x30 1x10 0x50", "0x30 1x60", 90, scaling_disabled="1x30 0x60"), checks)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -87,6 +93,6 @@ def test_cold_start_that_never_loads_fires(rules, promtool, tmp_path):
     """Negative control: a replica that never becomes ready after leaving zero is reported."""
     checks = [{"eval_time": "45m", "alertname": "InferencePodsNotReady", "exp_alerts": []},
               {"eval_time": "60m", "alertname": "InferencePodsNotReady", "exp_alerts": []}]
-    proc = _promtool(promtool, tmp_path, rules, _series("0x30 1x60", "0x30 1x60", 90), checks)
+    proc = _promtool(promtool, tmp_path, rules, _series("0x30 1x60", "0x30 1x60", 90, scaling_disabled="1x30 0x60"), checks)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "alertname: InferencePodsNotReady, time: 1h" in out, out
