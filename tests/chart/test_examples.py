@@ -88,7 +88,10 @@ def test_example_renders_and_validates(helm, path, workload):
     other = {"HorizontalPodAutoscaler", "ScaledObject"} - {scaler}
     assert by_kind(objects, other.pop()) == []
     if spec.workload(workload).server == "vllm":      # triton reads a model repository
-        assert f"--model={spec.workload(workload).model}" in container["args"]
+        # served under the spec's model name: downloaded by name, or loaded from a path/URI
+        model = spec.workload(workload).model
+        assert f"--model={model}" in container["args"] or \
+            f"--served-model-name={model}" in container["args"], container["args"]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
