@@ -22,8 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpuvalues import pipeline, render  # noqa: E402
-from gpuvalues.spec import load_spec  # noqa: E402
+from gpuvalues import pipeline
+from gpuvalues.checks.spec import load_spec  # noqa: E402
+from gpuvalues.render import helm  # noqa: E402
 
 GV = str(ROOT / ".venv" / "bin" / "gpuvalues")
 TARGET_RENDER_S = 2.0
@@ -72,7 +73,7 @@ def main() -> None:
 
             def in_process(path=path, w=w.name):
                 s, built = pipeline.built_values(path, w)
-                render.render_values(built.values, helm=args.helm,
+                helm.render_values(built.values, helm=args.helm,
                                      kube_version=s.kubernetes_version)
 
             def validate_in_process(path=path):

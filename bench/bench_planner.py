@@ -8,14 +8,25 @@ MIGProfiler's measured A100 bert-base numbers (1g 642, 2g 1350, 3g 2245, 7g 4835
 Demand grows with the fleet so the optimum fills roughly 60-90 % of it.
 
 Targets: gap 0 on every mix; 16,384-GPU plan < 2 s (wall, plan() end to end incl. output).
-Prints a Markdown table for the README. Run: .venv/bin/python bench/bench_planner.py
+
+Second table (issue 17): the 100-model mix of `bench/mix100.yaml` (its header says where the
+numbers come from) on 16,384 and 262,144 GPUs with `gap_tolerance=0.001`; targets < 2 s and
+< 5 s end to end with gap <= 0.1%, and `mig.place` called once per layout, not per GPU.
+Prints Markdown tables for the README. Run: .venv/bin/python bench/bench_planner.py
 """
 from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
+from unittest import mock
 
-from gpuvalues.planner import ModelDemand, NodePool, plan
+import yaml
+
+from gpuvalues.planners import mig
+from gpuvalues.planners.milp import ModelDemand, NodePool, plan
+
+MIX100 = Path(__file__).with_name("mix100.yaml")
 
 A100 = {"1g.10gb": 1.0, "1g.20gb": 1.05, "2g.20gb": 2.1, "3g.40gb": 3.5, "4g.40gb": 4.5, "7g.80gb": 7.5}
 
@@ -83,5 +94,37 @@ def main() -> None:
           "that fit no such instance get whole GPUs. LP bound = LP relaxation; gap = HiGHS MIP gap.")
 
 
+def mix100(factor: float) -> list[ModelDemand]:
+    """The 100-model mix, demands x `factor`."""
+    out = []
+    for m in yaml.safe_load(MIX100.read_text())["models"]:
+        if "replicas" in m:
+            out.append(ModelDemand(m["name"], replicas=max(1, math.ceil(m["replicas"] * factor)),
+                                   memory_gb=m.get("memory_gb")))
+        else:
+            out.append(ModelDemand(m["name"], throughput=math.ceil(m["throughput"] * factor),
+                                   throughput_per_instance=m["throughput_per_instance"], memory_gb=m.get("memory_gb")))
+    return out
+
+
+def main_scale() -> None:
+    print("\n| 100-model mix: fleet GPUs | plan GPUs | LP bound | gap | mig.place calls | plan() (ms) | target |")
+    print("|---:|---:|---:|---:|---:|---:|---|")
+    ok = True
+    for n, target in ((16384, 2.0), (262144, 5.0)):
+        pools = [NodePool("a100", "A100-80GB", 8, n // 16), NodePool("h100", "H100-80GB-SXM", 8, n // 16)]
+        demands = mix100(n / 16 / 12)   # fills about 74% of the fleet
+        with mock.patch.object(mig, "place", wraps=mig.place) as place:
+            t0 = time.perf_counter()
+            p = plan(demands, pools, baselines=False, time_limit=30.0, gap_tolerance=0.001)
+            wall = time.perf_counter() - t0
+        good = wall < target and p.gap <= 0.001
+        ok &= good
+        print(f"| {n:,} | {p.gpus_used:,} | {p.lp_bound:,.1f} | {p.gap:.3%} | {place.call_count} | "
+              f"{wall * 1000:.0f} | < {target:g} s, gap <= 0.1%: {'PASS' if good else 'FAIL'} |")
+    print(f"100-model mix targets: {'PASS' if ok else 'FAIL'}")
+
+
 if __name__ == "__main__":
     main()
+    main_scale()

@@ -1,4 +1,4 @@
-"""Benchmark `gpuvalues.simulate.simulate`: 7 days at a 15 s HPA sync (40,320 steps) with
+"""Benchmark `gpuvalues.planners.simulate.simulate`: 7 days at a 15 s HPA sync (40,320 steps) with
 3 metrics (queue, running, gpu_util) in under 1 s (issue 7).
 
 The trace is the built-in diurnal day repeated 7 times. Each behaviour (legacy,
@@ -11,8 +11,9 @@ from __future__ import annotations
 import platform
 import time
 
-from gpuvalues.autoscaling import recommended_behavior
-from gpuvalues.simulate import NO_STABILIZATION, SimConfig, SimMetric, Trace, load_trace, simulate
+from gpuvalues.io.traces import load_trace
+from gpuvalues.planners.autoscaling import recommended_behavior
+from gpuvalues.planners.simulate import NO_STABILIZATION, SimConfig, SimMetric, Trace, simulate
 
 DAY = 86_400
 TARGET_S = 1.0

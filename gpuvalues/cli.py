@@ -10,8 +10,10 @@ import sys
 import time
 import traceback
 
-from gpuvalues import __version__, output, render
+from gpuvalues import __version__
 from gpuvalues.errors import GpuValuesError
+from gpuvalues.io import output
+from gpuvalues.kube import DEFAULT_KUBE_VERSION
 
 
 # Shared options and conventions, used by every subcommand.
@@ -55,47 +57,60 @@ def print_findings(args: argparse.Namespace, findings) -> None:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    """`gpuvalues render`: spec or values file -> validated manifests (stdout or one file per object)."""
+    """`gpuvalues render`: a spec's whole fleet (or a values file) -> validated manifests
+    (stdout, or one file per object in a folder per release)."""
     from gpuvalues import pipeline
+    from gpuvalues.io import files
 
-    text, warnings = pipeline.rendered(args.spec, values_path=args.values, workload=args.workload,
-                                       helm=args.helm, kube_version=args.kube_version,
-                                       progress=lambda m: progress(args, m))
+    streams, warnings = pipeline.rendered(args.spec, values_path=args.values,
+                                          workload=args.workload, helm=args.helm,
+                                          kube_version=args.kube_version, chart=args.chart,
+                                          progress=lambda m: progress(args, m))
     for w in warnings:
         say(args, str(w))
     if args.out_dir:
-        paths = render.write_manifests(text, args.out_dir)
-        say(args, f"wrote {len(paths)} objects to {args.out_dir}")
+        count = 0
+        for release, text in streams:
+            folder = args.out_dir if release is None else f"{args.out_dir}/{release.name}"
+            count += len(files.write_manifests(text, folder))
+        say(args, f"wrote {count} objects of {len(streams)} release(s) to {args.out_dir}")
     else:
-        sys.stdout.write(text)
+        sys.stdout.write("".join(text for _, text in streams))
     return 0
 
 
 # values, validate, update
 def cmd_values(args: argparse.Namespace) -> int:
-    """`gpuvalues values`: spec -> chart values (and node-side configs with --artifacts)."""
+    """`gpuvalues values`: spec -> every release's values (and the node side with --artifacts)."""
     from gpuvalues import pipeline
+    from gpuvalues.io import present
 
-    progress(args, f"planning {args.spec}")
-    spec, built_all = pipeline.built_all(args.spec, args.workload)
-    to_stdout = args.out == "-"        # `-o -`: the values file itself on stdout
-    if to_stdout and len(built_all) != 1:
-        raise GpuValuesError(f"{args.spec} has {len(built_all)} workloads: give -o a "
-                             "directory, or pick one with --workload")
-    for b in built_all:
-        for w in b.warnings:
-            say(args, str(w))
-    written = pipeline.write_values(built_all, None if to_stdout else args.out, args.artifacts)
+    progress(args, f"planning the fleet of {args.spec}")
+    fleet = pipeline.fleet_of(args.spec)
+    one = None
+    if args.workload:
+        one = fleet.release(args.workload)              # an unknown name is bad input
+    elif args.out == "-":
+        one = pipeline.combined_values(fleet)           # one file: one-workload specs only
+    if args.out == "-":                # `-o -`: the one values file itself on stdout
+        pipeline.write_values(fleet, None, args.artifacts)
+        sys.stdout.write(pipeline.release_values_text(one))
+    else:
+        written = pipeline.write_values(fleet, args.out, args.artifacts, args.workload)
+    for w in fleet.findings:           # after the writes: a failed write is the one line
+        say(args, str(w))
+    if args.out == "-":
+        return 0
     for path in written:
         say(args, f"wrote {path}")
-    if to_stdout:
-        sys.stdout.write(pipeline.values_text(built_all[0]))
-        return 0
+    if args.out and written and written[0].name.endswith(".values.yaml"):
+        say(args, "install in this order:")
+        for line in pipeline.install_commands(fleet, args.out, args.artifacts):
+            say(args, f"  {line}")
     if not args.out:
-        data = built_all[0].values if len(built_all) == 1 else \
-            {b.workload: b.values for b in built_all}
+        data = {r.name: dict(r.values) for r in fleet.releases}
         if args.output == "table":
-            sys.stdout.write(pipeline.values_table(built_all))
+            sys.stdout.write(present.values_table(fleet))
         else:
             emit(args, data, lambda d: "")
     return 0
@@ -104,7 +119,7 @@ def cmd_values(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     """`gpuvalues validate`: every finding for a spec or values file; exit 1 when errors remain."""
     from gpuvalues import pipeline
-    from gpuvalues.validate import errors_only
+    from gpuvalues.checks.rules import errors_only
 
     if not args.spec and not args.values:
         raise GpuValuesError("give a SPEC or --values FILE to validate")
@@ -119,7 +134,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_update(args: argparse.Namespace) -> int:
     """`gpuvalues update`: change a values file in place, validated, atomically."""
-    from gpuvalues import update
+    from gpuvalues.io import update
 
     changes = update.parse_sets(args.set or [], as_string=args.string)
     warnings = update.update_values(args.file, changes, validate=not args.no_validate)
@@ -130,64 +145,74 @@ def cmd_update(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """`gpuvalues plan`: the optimal MIG / sharing plan of a spec, with layouts and baselines."""
-    from gpuvalues import fileio, mig, pipeline, planner
+    """`gpuvalues plan`: the fleet's layout -- workloads on pools, node groups, the optimal
+    MIG layout with its LP bound and baselines, and the node side `values` deploys."""
+    from gpuvalues import pipeline
+    from gpuvalues.io import files, present
 
-    result, pictures, notes = pipeline.planned(
-        args.spec, objective=args.objective or "gpus", baselines=not args.no_baselines,
-        time_limit=args.time_limit, progress=lambda m: progress(args, m))
+    progress(args, f"planning {args.spec}")
+    fleet = pipeline.fleet_of(args.spec, objective=args.objective or "gpus",
+                              baselines=not args.no_baselines, time_limit=args.time_limit)
+    for w in fleet.findings:
+        say(args, str(w))
+    pictures = present.layout_pictures(fleet.layout.plan) if fleet.layout.plan else []
     if args.svg:
-        fileio.write_atomic(args.svg, mig.layouts_svg([(t, L) for t, _, L in pictures]))
-    for n in notes:
-        say(args, f"gpuvalues: note: {n}")
-    emit(args, result.to_dict(),
-         lambda d: planner.plan_table(d, [(t, pic) for t, pic, _ in pictures]))
+        files.write_atomic(args.svg, present.layouts_svg([(t, L) for t, _, L in pictures]))
+    if args.artifacts:
+        for path in pipeline.write_node_side(fleet, args.artifacts):
+            say(args, f"wrote {path}")
+    emit(args, pipeline.plan_data(fleet),
+         lambda d: present.plan_table(d, [(t, pic) for t, pic, _ in pictures]))
     return 0
 
 
 def cmd_topo(args: argparse.Namespace) -> int:
     """`gpuvalues topo`: NVLink cliques, labels and the best GPU set from `nvidia-smi topo -m`."""
-    from gpuvalues import topology, yamlio
+    from gpuvalues import yamlio
+    from gpuvalues.io import present
+    from gpuvalues.planners import topology
 
     topo = topology.parse_topo_matrix(yamlio.read_text(args.file), source=args.file)
     emit(args, topology.topology_report(topo, best=args.best, available=args.available, prefix=args.prefix,
                                         key=args.key, count_nvswitch_links=args.count_nvswitch_links),
-         topology.topology_table)
+         present.topology_table)
     return 0
 
 
 def _inventory(args: argparse.Namespace):
     """The Inventory the --inventory/--kubeconfig/--nvidia-smi options describe."""
-    from gpuvalues import inventory
+    from gpuvalues.io import cluster
 
-    return inventory.inventory_from_sources(inventory=args.inventory, kubeconfig=args.kubeconfig,
+    return cluster.inventory_from_sources(inventory=args.inventory, kubeconfig=args.kubeconfig,
                                             context=args.context, nvidia_smi=args.nvidia_smi or (),
                                             label_selector=args.selector)
 
 
 def cmd_inventory(args: argparse.Namespace) -> int:
     """`gpuvalues inventory`: a cluster inventory from kubectl JSON, a live cluster or nvidia-smi."""
-    from gpuvalues import fileio, inventory, yamlio
+    from gpuvalues import yamlio
+    from gpuvalues.io import files, present
 
     data = _inventory(args).to_dict()
     if args.out == "-":                # `-o -`: the inventory file itself on stdout
         sys.stdout.write(yamlio.dump(data))
     elif args.out:
-        fileio.write_atomic(args.out, yamlio.dump(data))
+        files.write_atomic(args.out, yamlio.dump(data))
         say(args, f"wrote {args.out} ({len(data['nodes'])} nodes)")
     else:
-        emit(args, data, inventory.inventory_table)
+        emit(args, data, present.inventory_table)
     return 0
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
     """`gpuvalues fit`: do min and max replicas schedule? Exit 1 when not."""
-    from gpuvalues import fit, pipeline
+    from gpuvalues import pipeline
+    from gpuvalues.io import present
 
     report = pipeline.fit_report(_inventory(args), manifests=args.manifests, values=args.values,
                                  helm=args.helm, kube_version=args.kube_version,
                                  progress=lambda m: progress(args, m))
-    emit(args, report.to_dict(), fit.report_table)
+    emit(args, report.to_dict(), present.fit_table)
     return 0 if report.fits else 1
 
 
@@ -205,10 +230,11 @@ def _inventory_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """`gpuvalues simulate`: replay a load trace through the capacity model and the HPA."""
-    from gpuvalues import simulate
+    from gpuvalues.io import present, traces
+    from gpuvalues.planners import simulate
 
-    trace = simulate.load_trace(args.trace)
-    behaviors = simulate.load_behaviors(args.behavior, args.startup_s) if args.behavior else None
+    trace = traces.load_trace(args.trace)
+    behaviors = traces.load_behaviors(args.behavior, args.startup_s) if args.behavior else None
     progress(args, f"replaying {args.trace} ({len(trace.times_s)} points)")
     report = simulate.plan_and_simulate(
         trace, replica_rps=args.replica_rps, gpus_per_replica=args.gpus_per_replica,
@@ -218,10 +244,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         queue_wait_slo_s=args.queue_wait_slo_s, request_latency_s=args.request_latency_s,
         inventory_gpus=args.inventory_gpus)
     if args.plot:
-        simulate.plot(report.results, args.plot, metric_label=report.config.metrics[0].kind)
+        traces.plot(report.results, args.plot, metric_label=report.config.metrics[0].kind)
         say(args, f"wrote {args.plot}")
-    emit(args, report.as_dict(series=args.series), simulate.report_table)
+    emit(args, report.as_dict(series=args.series), present.simulate_table)
     return 0
+
+
+def cmd_remediate(args: argparse.Namespace) -> int:
+    """`gpuvalues remediate`: the GPU health remediation controller (docs/self-healing.md)."""
+    from gpuvalues.operations import controller
+
+    return controller.main(controller.options_from_args(args))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -238,7 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workload", help="which workload of the spec (default: the only one)")
     p.add_argument("--helm", help="helm binary (default: $GPUVALUES_HELM, .tools/bin, PATH)")
     p.add_argument("--kube-version", help="target Kubernetes version "
-                   f"(default: the spec's, else {render.DEFAULT_KUBE_VERSION})")
+                   f"(default: the spec's, else {DEFAULT_KUBE_VERSION})")
+    p.add_argument("--chart", metavar="DIR", help="chart to render (default: $GPUVALUES_CHART, "
+                   "else the chart bundled with gpuvalues)")
     p.add_argument("-o", "--out-dir", metavar="DIR",
                    help="write one file per object into DIR (atomically) instead of stdout")
     p.set_defaults(func=cmd_render)
@@ -251,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--svg", metavar="FILE", help="also write an SVG picture of each distinct GPU layout")
     p.add_argument("--no-baselines", action="store_true", help="skip the whole-GPU/all-balanced/all-1g baselines")
     p.add_argument("--time-limit", type=float, default=30.0, help="solver time limit in seconds (default 30)")
+    p.add_argument("--artifacts", metavar="DIR", help="write the node side (mig-parted config, device-plugin "
+                   "configs, node labels) here: the same files as `values --artifacts`")
     p.set_defaults(func=cmd_plan)
     p = sub.add_parser("topo", help="parse `nvidia-smi topo -m`: NVLink cliques, node labels, best GPU set")
     p.add_argument("file", metavar="TOPO", help="saved `nvidia-smi topo -m` output ('-' for stdin)")
@@ -278,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--manifests", metavar="FILE", help="rendered manifests ('-' for stdin)")
     p.add_argument("--values", metavar="FILE", help="values file, rendered through helm first")
     p.add_argument("--helm", help="helm binary for --values (default: $GPUVALUES_HELM, .tools/bin, PATH)")
-    p.add_argument("--kube-version", help=f"Kubernetes version for --values (default {render.DEFAULT_KUBE_VERSION})")
+    p.add_argument("--kube-version", help=f"Kubernetes version for --values (default {DEFAULT_KUBE_VERSION})")
     _inventory_options(p)
     p.set_defaults(func=cmd_fit)
     p = sub.add_parser("simulate", help="replay a load trace through the capacity model and the HPA")
@@ -329,6 +366,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-validate", action="store_true",
                    help="skip schema and semantic checks (YAML typing is still checked)")
     p.set_defaults(func=cmd_update)
+
+    p = sub.add_parser("remediate", help="run the GPU health remediation controller (quarantine, drain, recover)")
+    p.add_argument("--kubeconfig", help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, else in-cluster)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--config", metavar="FILE", help="YAML with any of the options below (flags win)")
+    p.add_argument("--prometheus-url", help="Prometheus base URL for DCGM signals (none: node signals only)")
+    p.add_argument("--sync-period", type=float, help="seconds between syncs (30)")
+    p.add_argument("--dry-run", action="store_true", default=None, help="decide and log, change nothing")
+    p.add_argument("--once", action="store_true", default=None, help="one sync, no leader election, then exit")
+    p.add_argument("--metrics-address", help="host:port of /metrics and /healthz (0.0.0.0:8080; '' = off)")
+    p.add_argument("--lease-namespace", help="namespace of the leader-election Lease (default)")
+    p.add_argument("--lease-name", help="name of the Lease (gpu-inference-remediation)")
+    p.add_argument("--identity", help="this replica's identity in the Lease (default: hostname-pid)")
+    p.set_defaults(func=cmd_remediate)
     return parser
 
 
@@ -364,6 +415,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gpuvalues: interrupted", file=sys.stderr)
         return 130
+    except (MemoryError, RecursionError) as exc:  # input past a limit no check caught
+        if args.debug:
+            traceback.print_exc()
+        what = "out of memory" if isinstance(exc, MemoryError) else "input nested too deeply"
+        print(f"gpuvalues: error: {what} (the input is too large or too deep to process)",
+              file=sys.stderr)
+        return 2
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

@@ -7,18 +7,58 @@ a bug and shows a traceback. Errors about a file carry its location so the messa
 """
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+# A value quoted in a message (any run of non-blank characters) is cut to this many
+# characters, and a whole message to MAX_MESSAGE: a 10 MB string in a spec must not make a
+# 10 MB "one-line" error.
+MAX_QUOTED = 80
+MAX_MESSAGE = 4096
+_LONG_TOKEN = re.compile(r"\S{%d,}" % (MAX_QUOTED + 1))
+
+
+def _cut(match: re.Match) -> str:
+    token = match.group(0)
+    close = token[-1] if token[-1] in "'\"" else ""
+    return token[:MAX_QUOTED - 3 - len(close)] + "..." + close
+
+
+def one_line(text: str) -> str:
+    """`text` as one bounded line: newlines become spaces, each run of more than
+    MAX_QUOTED non-blank characters (a long quoted value, key or path) keeps its start and
+    an ellipsis (and its closing quote), the whole at most MAX_MESSAGE characters. The one
+    place where every error and finding message is bounded."""
+    text = str(text)
+    if "\n" in text or "\r" in text:
+        text = re.sub(r"[\r\n]+", " ", text)
+    if len(text) > MAX_QUOTED:
+        text = _LONG_TOKEN.sub(_cut, text)
+    if len(text) > MAX_MESSAGE:
+        text = text[:MAX_MESSAGE - 3] + "..."
+    return text
+
 
 class GpuValuesError(ValueError):
     """Base class: bad input or an impossible request, never a bug in gpuvalues."""
 
+    code = "GV100"      # the class's code in CODES; an instance may carry a more exact one
+
     def __init__(self, message: str, *, source: str | None = None, line: int | None = None,
-                 column: int | None = None, field: str | None = None) -> None:
+                 column: int | None = None, field: str | None = None,
+                 code: str | None = None) -> None:
+        message = one_line(message)
         super().__init__(message)
         self.message = message
         self.source = source
         self.line = line
         self.column = column
-        self.field = field
+        self.field = one_line(field) if field else field
+        if code is not None:
+            if code not in CODES:
+                raise ValueError(f"unregistered error code {code!r}: add it to CODES")
+            self.code = code
 
     def __str__(self) -> str:
         where = ""
@@ -75,3 +115,119 @@ class ToolNotFoundError(GpuValuesError):
 
 class RenderError(GpuValuesError):
     """helm failed to render the chart, or a rendered object is invalid."""
+
+
+class OutputError(GpuValuesError):
+    """An output path that cannot be written (full disk, read-only, not ours to replace)."""
+
+
+class InputError(SpecError):
+    """An input path that must not be read (FIFO, device, directory, too large, outside the
+    spec's folder)."""
+
+
+# code -> (title, hint). Stable: add new codes, never renumber.
+CODES = {
+    "GV000": ("schema", "change the value to what the schema allows"),
+    "GV001": ("MIG profile not on this GPU model",
+              "pick a profile the GPU offers (gpuvalues plan lists them) or another node pool"),
+    "GV002": ("MIG layout impossible",
+              "use fewer or smaller instances; `gpuvalues plan` computes a valid layout"),
+    "GV003": ("autoscaling metric invalid for the GPU mode",
+              "use the metric gpuvalues chooses (autoscaling.metric: choose)"),
+    "GV004": ("PodDisruptionBudget blocks node drains",
+              "set pdb.maxUnavailable: 1, or minAvailable below minReplicas"),
+    "GV005": ("maxReplicas x GPUs per replica exceeds the inventory",
+              "lower autoscaling.maxReplicas or add GPU nodes"),
+    "GV006": ("tensor-parallel degree larger than the node's NVLink group",
+              "lower tensorParallel to the NVLink group size or use a node pool with larger "
+              "NVLink groups"),
+    "GV007": ("time-slicing with memory need above GPU memory / replicas (OOM risk)",
+              "lower replicasPerGpu, use MIG (memory isolation) or whole GPUs"),
+    "GV008": ("GPU requests differ from limits",
+              "set GPU resources in limits only (requests, if given, equal to limits)"),
+    "GV009": ("DRA needs Kubernetes >= 1.34",
+              "target Kubernetes 1.34+ (kubernetesVersion / --kube-version) or use whole/mig"),
+    "GV010": ("value read differently by YAML 1.1 (Helm) and YAML 1.2 tools",
+              "quote the value or write it unambiguously (true/false, 0o755)"),
+    "GV011": ("minReplicas greater than maxReplicas",
+              "make autoscaling.minReplicas <= autoscaling.maxReplicas"),
+    "GV012": ("GPUs per replica exceed GPUs per node",
+              "lower gpus / tensorParallel, or use nodes with more GPUs"),
+    "GV013": ("memory need exceeds the GPU's memory",
+              "use a GPU with more memory or split the model (tensorParallel)"),
+    "GV014": ("no node pool can host the workload",
+              "change the workload's sharing or nodePool, or add a pool that fits it"),
+    "GV015": ("the fleet does not fit its node pools at maxReplicas",
+              "lower maxReplicas, give workloads separate pools, or add nodes"),
+    "GV016": ("an autoscaler metric that nothing serves",
+              "enable the Prometheus adapter (platform.prometheusAdapter) or use KEDA"),
+    "GV017": ("a resource no node group offers",
+              "check the workload's sharing and the pool's device-plugin/MIG config"),
+    "GV018": ("two releases or objects with one name",
+              "rename a workload or give it another namespace"),
+    "GV019": ("a YAML, file or size limit was hit",
+              "fix the file; gpuvalues reads regular files only"),
+    "GV100": ("bad input", "fix the value the message names"),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem, placed in a file when known: `file:line:col: path: message [code]`."""
+
+    code: str
+    message: str
+    path: str = "(root)"
+    source: str = ""
+    line: int | None = None
+    column: int | None = None
+    severity: str = "error"          # "error" or "warning"
+    hint: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("message", "path", "hint"):
+            value = getattr(self, name)
+            if value and len(value) > MAX_QUOTED:
+                object.__setattr__(self, name, one_line(value))
+
+    def sort_key(self) -> tuple:
+        """Order findings by file position, then path and code."""
+        return (self.source, self.line or 0, self.column or 0, self.path, self.code, self.message)
+
+    def __str__(self) -> str:
+        where = self.source
+        if where and self.line is not None:
+            where += f":{self.line}:{self.column or 1}"
+        head = f"{where}: " if where else ""
+        sev = "warning: " if self.severity == "warning" else ""
+        hint = f" (fix: {self.hint})" if self.hint else ""
+        return f"{head}{self.path}: {sev}{self.message} [{self.code}]{hint}"
+
+    def as_dict(self) -> dict:
+        """Plain data for `--output yaml|json`."""
+        return {"code": self.code, "severity": self.severity, "source": self.source,
+                "line": self.line, "column": self.column, "path": self.path,
+                "message": self.message, "hint": self.hint}
+
+
+class ValidationFailed(SpecError):
+    """Raised where validation must pass (values, render, update); carries every finding."""
+
+    def __init__(self, findings: list[Finding]) -> None:
+        self.findings = sorted(findings, key=Finding.sort_key)
+        first = self.findings[0]
+        more = len(self.findings) - 1
+        super().__init__(str(first) + (f" (and {more} more)" if more else ""))
+
+    def __str__(self) -> str:
+        return self.message
+
+    def lines(self) -> list[str]:
+        """One printable line per finding (the CLI prints them all)."""
+        return [str(f) for f in self.findings]
+
+
+def errors_only(findings: Iterable[Finding]) -> list[Finding]:
+    """The findings with severity `error` (warnings dropped)."""
+    return [f for f in findings if f.severity == "error"]

@@ -7,6 +7,7 @@ True/False so each caller raises its own error with its own advice.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -76,6 +77,10 @@ def is_label_key(text: Any) -> bool:
 _VERSION = re.compile(r"^v?1\.([0-9]{1,3})(\.[0-9]{1,3})?$")  # as schemas/spec.schema.json
 
 
+# The Kubernetes version rendered for when neither the spec nor --kube-version gives one.
+DEFAULT_KUBE_VERSION = "1.34.0"
+
+
 def kube_minor(version: str) -> int:
     """The minor of a Kubernetes version (`1.34.0`, `v1.34`, `1.34` -> 34).
 
@@ -86,3 +91,58 @@ def kube_minor(version: str) -> int:
         raise GpuValuesError(f"Kubernetes version {version!r} is not 1.MINOR[.PATCH] (e.g. 1.34.0); "
                              "fix --kube-version or kubernetesVersion")
     return int(m.group(1))
+
+
+def supported_kube_minors() -> tuple[int, ...]:
+    """The Kubernetes minors (1.N) whose OpenAPI schemas the installed kubernetes-validate
+    bundles: its `kubernetes-json-schema/v1.N.0-local-strict` folders, the ones
+    `render/helm.py` validates against (strict). The one list every command uses."""
+    return _supported_minors()
+
+
+@functools.lru_cache(maxsize=1)
+def _supported_minors() -> tuple[int, ...]:
+    from importlib import resources
+
+    folder = resources.files("kubernetes_validate").joinpath("kubernetes-json-schema")
+    found = set()
+    for entry in folder.iterdir():
+        m = re.match(r"^v1\.([0-9]+)\.[0-9]+-local-strict$", entry.name)
+        if m:
+            found.add(int(m.group(1)))
+    return tuple(sorted(found))
+
+
+def unsupported_kube_version(version: str) -> str | None:
+    """Why `version` cannot be targeted (not 1.MINOR[.PATCH], or no bundled schemas for
+    that minor), or None when it can. For callers that report a finding with a position."""
+    m = _VERSION.match(str(version))
+    if not m:
+        return (f"Kubernetes version {version!r} is not 1.MINOR[.PATCH] (e.g. 1.34.0); fix "
+                "--kube-version or kubernetesVersion")
+    minors = supported_kube_minors()
+    minor = int(m.group(1))
+    if minor not in minors:
+        return (f"Kubernetes {version} has no bundled API schemas to validate against; "
+                f"supported: 1.{minors[0]} to 1.{minors[-1]} (kubernetes-validate "
+                f"{_kubernetes_validate_version()})")
+    return None
+
+
+def supported_kube_minor(version: str) -> int:
+    """The minor of `version` if manifests for it can be validated (see
+    supported_kube_minors), else a `GpuValuesError` saying which versions can: the check
+    for `--kube-version` (render, validate, fit) before anything runs."""
+    why = unsupported_kube_version(version)
+    if why:
+        raise GpuValuesError(why, field="--kube-version")
+    return kube_minor(version)
+
+
+def _kubernetes_validate_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("kubernetes-validate")
+    except metadata.PackageNotFoundError:
+        return "?"

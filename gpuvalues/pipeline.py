@@ -1,98 +1,222 @@
-"""The spec -> values -> checks steps the CLI strings together (no printing here).
+"""The steps the CLI strings together, over one fleet (no printing here).
 
-Each function takes file paths (`-` is stdin), runs the library, and returns data or
-raises a `GpuValuesError`; the CLI only parses arguments and prints.
+Every command that takes a spec computes its fleet once (`gpuvalues.fleet.build_fleet`,
+checked by `gpuvalues.checks.fleet`) and shows a part of it: `plan` the layout and the
+node side, `values` the releases' values files and the node side, `validate` the
+findings, `render` every release through helm. Each function takes file paths (`-` is
+stdin), returns data or raises a `GpuValuesError`; the CLI only parses arguments and prints.
 """
 from __future__ import annotations
 
-import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping
 
-from gpuvalues import output, yamlio
-from gpuvalues.errors import GpuValuesError
-from gpuvalues.fileio import write_atomic
+from gpuvalues import yamlio
+from gpuvalues.bundle import EXAMPLE_SPEC
+from gpuvalues.checks.fleet import build_checked, check_fleet
+from gpuvalues.checks.rules import Context, values_findings, warnings_or_raise
+from gpuvalues.checks.spec import check_spec, load_spec, parse_spec
+from gpuvalues.errors import Finding, GpuValuesError, ValidationFailed, errors_only
+from gpuvalues.fleet import Fleet, Release, build_fleet, expected_nodes
+from gpuvalues.io.files import write_atomic
 from gpuvalues.kube import kube_minor
-from gpuvalues.spec import Spec, check_spec, load_spec, parse_spec
-from gpuvalues.validate import (Context, Finding, ValidationFailed, errors_only, values_findings,
-                                warnings_or_raise)
-from gpuvalues.values import Values, build_all, build_values
 
-# The built-in example `gpuvalues render` renders when given nothing: a small cluster of
-# A100 80GB nodes serving one model, through the full spec -> values -> checks -> render path.
-EXAMPLE_SPEC = Path(__file__).resolve().parent / "data" / "examples" / "a100-small.yaml"
+__all__ = ["fleet_of", "plan_data", "rendered", "release_values_text", "combined_values",
+           "write_values", "write_node_side", "install_commands", "check", "fit_report",
+           "fit_values", "checked_values_file"]
+
+Progress = Callable[[str], None]
 
 
-def built_values(spec_path: str | Path, workload: str | None = None) -> tuple[Spec, Values]:
-    """Load, validate and build one workload's values."""
-    spec = load_spec(spec_path)
-    return spec, build_values(spec, workload)
+def fleet_of(spec_path: str | Path | None, **kw: Any) -> Fleet:
+    """Load a spec (the built-in example when None) and build its checked fleet
+    (`ValidationFailed` with every error)."""
+    return build_checked(load_spec(spec_path or EXAMPLE_SPEC), **kw)
 
 
-def built_all(spec_path: str | Path, workload: str | None = None
-              ) -> tuple[Spec, tuple[Values, ...]]:
-    """Load, validate and build every workload (or just `workload`)."""
-    spec = load_spec(spec_path)
-    if workload:
-        return spec, (build_values(spec, workload),)
-    return spec, build_all(spec)
+def plan_data(fleet: Fleet) -> dict:
+    """`gpuvalues plan`: the fleet's layout as plain data -- workloads (pool, resource,
+    peak replicas, what the layout gives), node groups, the MIG solve (LP bound, gap,
+    baselines) and the node side exactly as `values --artifacts` writes it."""
+    layout = fleet.layout
+    # GPUs the layout uses: whole GPUs of whole/tensor-parallel replicas, every GPU of a
+    # sharing node group, the GPUs the MIG solve lays out
+    gpus = sum(layout.units.get(p.workload, 0) for p in fleet.placements if p.whole_gpus)
+    gpus += sum(g.nodes * fleet.spec.pool(g.pool).gpus_per_node for g in layout.node_groups
+                if any(p.mode == "shared" for p in fleet.placements if p.workload in g.workloads))
+    gpus += layout.plan.gpus_used if layout.plan is not None else 0
+    mig = None
+    if layout.plan is not None:
+        mig = layout.plan.to_dict()
+        for key in ("mig_parted_config", "node_labels", "device_plugin_configs"):
+            mig.pop(key)                      # the fleet's own node side below is the one
+    return {
+        "gpus_in_use": gpus,
+        "gpus_total": sum(p.gpus for p in fleet.spec.node_pools),
+        "workloads": [{"name": p.workload, "pool": p.pool.name, "mode": p.mode,
+                       "resource": p.resource, "per_pod": p.count,
+                       "peak_replicas": fleet.peaks[p.workload],
+                       "units": layout.units.get(p.workload, 0), "why": p.why}
+                      for p in fleet.placements],
+        "node_groups": [{"name": g.name, "pool": g.pool, "nodes": g.nodes,
+                         "workloads": list(g.workloads), "labels": dict(g.labels)}
+                        for g in layout.node_groups],
+        "mig": mig,
+        "notes": list(fleet.decisions),
+        "node_side": fleet.node_side(),
+    }
 
 
-def planned(spec_path: str | Path, *, objective: str = "gpus", baselines: bool = True,
-            time_limit: float = 30.0, progress: Callable[[str], None] = lambda _: None):
-    """`gpuvalues plan`: the optimal MIG/sharing plan for a spec's node pools.
+def release_values_text(release: Release) -> str:
+    """One release's values file: why each choice was made, as comments, then the YAML."""
+    what = "the GPU platform" if release.is_platform else f"workload {release.workload}"
+    lines = [f"# Generated by gpuvalues: release {release.name} ({what}) in namespace "
+             f"{release.namespace}. Why:"]
+    lines += [f"#   {d}" for d in release.decisions]
+    return "\n".join(lines) + "\n" + yamlio.dump(dict(release.values))
 
-    Returns (plan, pictures, notes): `planner.Plan`, (title, ASCII picture, layout) per
-    distinct MIG layout, and notes about workloads left out of the plan.
-    """
-    from gpuvalues import planner
-    from gpuvalues.values import inputs_from_spec
 
-    demands, pools, notes = inputs_from_spec(load_spec(spec_path))
-    if objective == "cost" and any(p.price_per_gpu is None for p in pools):
-        raise GpuValuesError("--objective cost needs pricePerGpuHour on every node pool")
-    progress(f"planning {len(demands)} models on {sum(p.capacity for p in pools)} GPUs")
-    result = planner.plan(demands, pools, objective=objective, baselines=baselines,
-                          time_limit=time_limit)
-    return result, planner.layout_pictures(result), notes
+def combined_values(fleet: Fleet) -> Release:
+    """A one-workload fleet as one release (workload and platform together): what
+    `values SPEC -o FILE` writes for `helm install NAME charts/gpu-inference -f FILE`."""
+    if len(fleet.workloads) != 1:
+        raise GpuValuesError(f"the spec has {len(fleet.workloads)} workloads: give -o a "
+                             "directory (one values file per release), or pick one with --workload")
+    w = fleet.workloads[0]
+    platform = dict(fleet.platform.values["platform"])
+    platform["alerts"] = dict(platform["alerts"], gpuRules=True)
+    values = {**w.values, "platform": platform}
+    return replace(w, values=values, decisions=w.decisions + fleet.platform.decisions)
+
+
+def write_node_side(fleet: Fleet, directory: str | Path) -> list[Path]:
+    """The node side (mig-parted config, device-plugin configs, node labels and groups)
+    as files in `directory`, each written atomically."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, data in fleet.node_side().items():
+        write_atomic(out / name, yamlio.dump(data))
+        paths.append(out / name)
+    return paths
+
+
+def write_values(fleet: Fleet, out: str | None, artifacts: str | None,
+                 workload: str | None = None) -> list[Path]:
+    """Write the values: into a directory, `<release>.values.yaml` per release (platform
+    first); into a file (`out` is not a directory and the spec has one workload, or
+    `workload` is named), that one release (`combined_values` for a one-workload spec).
+    With `artifacts`, the node side too. Every file atomically."""
+    paths: list[Path] = []
+    if out:
+        target = Path(out)
+        if workload or (not target.is_dir() and len(fleet.workloads) == 1):
+            one = fleet.release(workload) if workload else combined_values(fleet)
+            write_atomic(target, release_values_text(one))
+            paths.append(target)
+        else:
+            target.mkdir(parents=True, exist_ok=True)
+            for r in fleet.releases:
+                path = target / f"{r.name}.values.yaml"
+                write_atomic(path, release_values_text(r))
+                paths.append(path)
+    if artifacts:
+        paths += write_node_side(fleet, artifacts)
+    return paths
+
+
+def install_commands(fleet: Fleet, values_dir: str | Path, artifacts: str | Path | None = None,
+                     chart: str = "charts/gpu-inference") -> list[str]:
+    """The commands that install the fleet, in order: label the nodes (as the node side
+    says), the platform release, then each workload's release."""
+    d = Path(values_dir)
+    where = f"{Path(artifacts) / 'node-labels.yaml'}" if artifacts else "`--artifacts DIR`'s node-labels.yaml"
+    out = [f"# label each node group's nodes as {where} says (kubectl label nodes NODE KEY=VALUE ...)"]
+    for r in fleet.releases:
+        out.append(f"helm upgrade --install {r.name} {chart} --namespace {r.namespace} "
+                   f"--create-namespace -f {d / (r.name + '.values.yaml')}")
+    return out
 
 
 def rendered(spec_path: str | Path | None = None, *, values_path: str | Path | None = None,
              workload: str | None = None, helm: str | None = None, kube_version: str | None = None,
-             progress: Callable[[str], None] = lambda _: None) -> tuple[str, list[Finding]]:
-    """`gpuvalues render`: a spec (built, rendered, fit-checked on its pools) or a values
-    file (checked, rendered) -> (manifest stream, warnings). Objects are validated for the
-    Kubernetes version: `kube_version`, else the spec's, else render's default."""
-    from gpuvalues import render
+             chart: str | None = None, progress: Progress = lambda _: None
+             ) -> tuple[list[tuple[Release | None, str]], list[Finding]]:
+    """`gpuvalues render`: a spec's whole fleet (every release, or one with `workload`),
+    rendered with helm, every object validated, and the scheduler's filters replayed on
+    the fleet's nodes (`fit` on the union of all releases); or one values file. Returns
+    ([(release, manifest stream)], warnings). Objects are validated for `kube_version`,
+    else the spec's, else the default."""
+    from gpuvalues.render import helm as rendering
 
     if kube_version:
         kube_minor(kube_version)              # a mistyped version is bad input, not a helm error
     if values_path:
         if spec_path:
             raise GpuValuesError("give a SPEC or --values FILE, not both")
-        kube = kube_version or render.DEFAULT_KUBE_VERSION
+        kube = kube_version or rendering.DEFAULT_KUBE_VERSION
         progress(f"checking {values_path}")
         values, warnings = checked_values_file(values_path, kube)
-    else:
-        progress("building values from the spec")
-        spec, built = built_values(spec_path or EXAMPLE_SPEC, workload)
-        values, warnings = built.values, list(built.warnings)
-        kube = kube_version or spec.kubernetes_version
-    progress(f"helm template + kubernetes-validate {kube}")
-    text, objects = render.render_values(values, helm=helm, kube_version=kube)
-    if not values_path:
-        progress("fit check on the spec's node pools")
-        warnings += fit_findings(spec, built, objects)
-    return text, warnings
+        progress(f"helm template + kubernetes-validate {kube}")
+        text, _ = rendering.render_values(values, helm=helm, kube_version=kube, chart=chart)
+        return [(None, text)], warnings
+    progress("building the fleet from the spec")
+    fleet = fleet_of(spec_path)
+    kube = kube_version or fleet.spec.kubernetes_version
+    releases = [fleet.release(workload)] if workload else list(fleet.releases)
+    progress(f"helm template {len(releases)} release(s) + kubernetes-validate {kube}")
+
+    def one(r: Release):
+        return (r, *rendering.render_values(dict(r.values), helm=helm, kube_version=kube,
+                                            release=r.name, namespace=r.namespace, chart=chart))
+    # one helm process per release, side by side (helm is the slow part)
+    with ThreadPoolExecutor(max_workers=min(4, len(releases))) as pool:
+        out = list(pool.map(one, releases))
+    warnings = [f for f in fleet.findings if f.severity == "warning"]
+    progress("fit check of every release on the fleet's nodes")
+    warnings += fit_findings(fleet, [(r, objs) for r, _, objs in out])
+    return [(r, text) for r, text, _ in out], warnings
+
+
+def fit_findings(fleet: Fleet, rendered_releases: list[tuple[Release, list[dict]]]
+                 ) -> list[Finding]:
+    """Replay the scheduler's filters (gpuvalues.planners.fit) for the rendered releases
+    together on the fleet's nodes as the node side makes them; a warning for each
+    workload and scenario (minReplicas, maxReplicas) in which pods would stay Pending."""
+    from gpuvalues.planners import fit
+
+    objects = [o for _, objs in rendered_releases for o in objs]
+    report = fit.fit(objects, expected_nodes(fleet))
+    owner = {}
+    for r, objs in rendered_releases:
+        for w in fit.workloads_from_manifests(objs)[0]:
+            owner[w.ref] = r
+    spec = fleet.spec
+    out = []
+    for scenario in (report.min, report.max):
+        for w in scenario.workloads:
+            if not w.pending:
+                continue
+            release = owner.get(w.workload)
+            at = ("workloads", [x.name for x in spec.workloads].index(release.workload)) \
+                if release is not None and release.workload else ()
+            source, line, col = spec.position(*at)
+            out.append(Finding("GV005", f"fit ({scenario.name} replicas): {w.pending} of "
+                               f"{w.replicas} pods of {w.workload} would stay Pending: "
+                               f"{w.reason}", yamlio.format_path(at), source, line, col,
+                               "warning", "add nodes or lower maxReplicas"))
+    return out
 
 
 def fit_report(inventory, *, manifests: str | None = None, values: str | None = None,
                helm: str | None = None, kube_version: str | None = None,
-               progress: Callable[[str], None] = lambda _: None):
+               progress: Progress = lambda _: None):
     """`gpuvalues fit`: a `fit.FitReport` for rendered manifests (a file, `-` for stdin) or
     a values file (rendered with helm first) on `inventory`."""
-    from gpuvalues import fit, render
+    from gpuvalues.planners import fit
+    from gpuvalues.render import helm as rendering
 
     if bool(manifests) == bool(values):
         raise GpuValuesError("give rendered manifests (--manifests FILE) or a values file (--values FILE)")
@@ -100,99 +224,16 @@ def fit_report(inventory, *, manifests: str | None = None, values: str | None = 
         return fit.fit(fit.load_manifests(yamlio.read_text(manifests), manifests), inventory)
     progress(f"rendering {values} with helm")
     data = yamlio.load_mapping(values, allow_empty=True, what="values file").data
-    return fit.fit_values(data, inventory, helm=helm,
-                          kube_version=kube_version or render.DEFAULT_KUBE_VERSION)
+    return fit_values(data, inventory, helm=helm,
+                      kube_version=kube_version or rendering.DEFAULT_KUBE_VERSION)
 
 
-def fit_findings(spec: Spec, built: Values, objects: list[dict]) -> list[Finding]:
-    """Replay the scheduler's filters (gpuvalues.fit) for the rendered release on the
-    spec's node pools, empty and labelled as `built` says; a warning for each scenario
-    (minReplicas, maxReplicas) in which pods would stay Pending. The release is checked
-    alone: other workloads of the spec are not on the nodes."""
-    from gpuvalues import fit
-    from gpuvalues.values import spec_inventory
+def fit_values(values: Mapping, inventory, **helm_kwargs: Any):
+    """Render `values` with the chart through helm (gpuvalues.render.helm.helm_template), then `fit`."""
+    from gpuvalues.planners.fit import fit
+    from gpuvalues.render import helm
 
-    report = fit.fit(objects, spec_inventory(spec, built))
-    out = []
-    source, line, col = spec.position("workloads", spec.workloads.index(
-        spec.workload(built.workload)))
-    for scenario in (report.min, report.max):
-        for w in scenario.workloads:
-            if w.pending:
-                out.append(Finding("GV005", f"fit ({scenario.name} replicas): {w.pending} of "
-                                   f"{w.replicas} pods of {w.workload} would stay Pending: "
-                                   f"{w.reason}", f"workloads[{built.workload}]", source, line,
-                                   col, "warning", "add nodes or lower maxReplicas"))
-    return out
-
-
-def write_values(built: Sequence[Values], out: str | None, artifacts: str | None) -> list[Path]:
-    """Write values (a file, or a directory of `<workload>.values.yaml` when there are
-    several) and, with `artifacts`, the node-side configs; every file atomically."""
-    paths: list[Path] = []
-    if out:
-        target = Path(out)
-        if len(built) == 1 and not target.is_dir():
-            paths.append(_write(target, values_text(built[0])))
-        else:
-            target.mkdir(parents=True, exist_ok=True)
-            for b in built:
-                paths.append(_write(target / f"{b.workload}.values.yaml", values_text(b)))
-    if artifacts:
-        adir = Path(artifacts)
-        adir.mkdir(parents=True, exist_ok=True)
-        mig: dict = {}
-        labels: dict = {}
-        configs: dict = {}
-        for b in built:
-            if b.mig_parted:
-                mig.setdefault("version", "v1")
-                mig.setdefault("mig-configs", {}).update(b.mig_parted["mig-configs"])
-            for pool, pl in b.node_labels.items():
-                labels.setdefault(pool, {}).update(pl)
-            configs.update(b.device_plugin_configs)
-        if mig:
-            paths.append(_write(adir / "mig-parted-config.yaml", yamlio.dump(mig)))
-        if labels:
-            paths.append(_write(adir / "node-labels.yaml", yamlio.dump(labels)))
-        if configs:
-            paths.append(_write(adir / "device-plugin-configs.yaml", yamlio.dump(configs)))
-    return paths
-
-
-def _write(path: Path, text: str) -> Path:
-    write_atomic(path, text)
-    return path
-
-
-def values_text(b: Values) -> str:
-    """The values file of one workload: why each choice was made, as comments, then the YAML."""
-    return _header(b) + yamlio.dump(b.values)
-
-
-def _header(b: Values) -> str:
-    lines = [f"# Generated by gpuvalues for workload {b.workload}. Why:"]
-    lines += [f"#   {d}" for d in b.decisions]
-    return "\n".join(lines) + "\n"
-
-
-def values_table(built: Sequence[Values]) -> str:
-    """People's view of the build: one row per workload, then the decisions."""
-    rows = []
-    for b in built:
-        v = b.values
-        gpu = v["gpu"]
-        unit = gpu["mode"] + (f" {gpu['mig']['profile']}" if gpu["mode"] == "mig" else "")
-        a = v.get("autoscaling", {})
-        metric = (a.get("metrics") or [{}])[0]
-        rows.append([b.workload, unit, gpu["count"], a.get("engine"),
-                     f"{a.get('minReplicas', '-')}..{a.get('maxReplicas', '-')}",
-                     f"{metric.get('name', '-')} {metric.get('target', '')}".strip()])
-    text = output.table(["workload", "gpu", "per pod", "autoscaling", "replicas", "metric"],
-                        rows)
-    for b in built:
-        text += "".join(f"\n{d}" for d in b.decisions)
-    return text + "\n"
+    return fit(helm.parse_manifests(helm.helm_template(dict(values), **helm_kwargs)), inventory)
 
 
 def checked_values_file(path: str | Path, kube_version: str,
@@ -212,21 +253,11 @@ def _context(spec_path: str | Path | None, kube_version: str | None) -> Context:
                    gpus_per_node=min(p.gpus_per_node for p in spec.node_pools))
 
 
-_CODE = re.compile(r"\s*\[(GV\d{3})\]")
-
-
-def _as_finding(exc: GpuValuesError) -> Finding:
-    code = _CODE.search(exc.message)
-    message = _CODE.sub("", exc.message)
-    return Finding(code.group(1) if code else "GV100", message, exc.field or "(root)",
-                   exc.source or "", exc.line, exc.column)
-
-
 def check(*, spec: str | Path | None = None, values: str | Path | None = None,
           kube_version: str | None = None) -> list[Finding]:
-    """Every finding for a spec (schema, cross-field, build, generated values) or a
-    values file (chart schema, semantic rules; with `spec` as context). Unreadable or
-    malformed YAML raises a SpecError (bad input) instead."""
+    """Every finding for a spec (schema, cross-field, the fleet and its releases' values)
+    or a values file (chart schema, semantic rules; with `spec` as context), all in one
+    run. Unreadable or malformed YAML raises a SpecError (bad input) instead."""
     if kube_version:
         kube_minor(kube_version)              # a mistyped version is bad input, not ignored
     if values:
@@ -240,16 +271,7 @@ def check(*, spec: str | Path | None = None, values: str | Path | None = None,
     parsed = parse_spec(loaded, findings=found)
     if kube_version:
         parsed = replace(parsed, kubernetes_version=kube_version)
-    warnings = [f for f in found]
-    failures: list[GpuValuesError] = []
-    try:
-        for built in build_all(parsed, errors=failures):
-            warnings += [f for f in built.warnings if f not in warnings]
-    except GpuValuesError as exc:        # the fleet itself cannot be planned
-        failures.append(exc)
-    for exc in failures:
-        if isinstance(exc, ValidationFailed):
-            warnings += exc.findings
-        else:
-            warnings.append(_as_finding(exc))
-    return sorted(warnings, key=Finding.sort_key)
+    return list(check_fleet(build_fleet(parsed)).findings)
+
+
+__all__ += ["ValidationFailed"]     # raised by fleet_of, rendered and the writers

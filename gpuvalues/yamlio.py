@@ -17,7 +17,9 @@ column.
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +27,7 @@ from typing import Any, Iterator
 
 import yaml
 
-from gpuvalues.errors import SpecError
+from gpuvalues.errors import GpuValuesError, SpecError
 
 Path_ = tuple  # a path into the data: keys (str) and list indices (int)
 
@@ -46,6 +48,20 @@ _YAML_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$
 _GO_INT = re.compile(r"^[-+]?(0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0[0-7]*|[1-9][0-9]*)$")
 _INT64 = (-(2 ** 63), 2 ** 64 - 1)   # ParseInt, then ParseUint
 _PLAIN_TAG = "tag:gpuvalues:plain"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+# Inputs larger than this are refused before parsing: values files and specs are KBs;
+# a 50 MB "spec" is an accident or an attack, and parsing it would take a minute and GBs.
+MAX_INPUT_BYTES = 16 * 1024 * 1024
+# Deepest nesting of mappings and lists accepted (libyaml stops at 1000; the chart's values
+# nest about 10 deep): deeper input is refused before any recursive walk can overflow.
+MAX_NESTING = 200
+# Most YAML nodes (scalars, mappings, lists, aliases before expansion) in a spec or values
+# file: the chart's whole values.yaml has about a thousand. Counted on the event stream
+# (libyaml, about 1 us each) before anything is composed (about 25 us a node in Python).
+MAX_NODES = 100_000
+# Above this many nodes, load_text skips ruamel's slow round-trip reader (see load_text).
+ROUND_TRIP_LIMIT = 10_000
 
 
 class NotRepresentable(Exception):
@@ -110,7 +126,7 @@ class _HelmMixin:
 
     def resolve(self, kind, value, implicit):  # noqa: D401 - PyYAML hook
         if kind is yaml.ScalarNode and implicit[0]:
-            return _PLAIN_TAG
+            return _MERGE_TAG if value == "<<" else _PLAIN_TAG
         return yaml.resolver.Resolver.resolve(self, kind, value, implicit)
 
     def construct_plain(self, node):
@@ -123,8 +139,38 @@ class _HelmMixin:
                 node.start_mark) from None
 
     def construct_mapping(self, node, deep=False):
-        mapping = yaml.constructor.SafeConstructor.construct_mapping(self, node, deep=deep)
-        return {helm_key(k): v for k, v in mapping.items()}
+        """Keys in document order, a `<<` merge applied where it stands, as go-yaml v2
+        does (decode.go `mapping`/`merge`, which Helm 4.1.4 and 3.17.2 show): a merge
+        overwrites the keys written before it, keys after it overwrite the merge, and in
+        `<<: [*a, *b]` the earlier map wins. (PyYAML's own flattening lets explicit keys
+        win wherever they stand; Helm does not.)"""
+        out: dict = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                self._merge(out, node, value_node, deep)
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    "found an unhashable key", key_node.start_mark) from None
+            out[helm_key(key)] = self.construct_object(value_node, deep=deep)
+        return out
+
+    def _merge(self, out: dict, node, value_node, deep) -> None:
+        if isinstance(value_node, yaml.MappingNode):
+            out.update(self.construct_mapping(value_node, deep=deep))
+            return
+        if isinstance(value_node, yaml.SequenceNode) and all(
+                isinstance(n, yaml.MappingNode) for n in value_node.value):
+            for sub in reversed(value_node.value):      # go-yaml v2: the first map wins
+                out.update(self.construct_mapping(sub, deep=deep))
+            return
+        raise yaml.constructor.ConstructorError(
+            "while constructing a mapping", node.start_mark,
+            "map merge requires map or sequence of maps as the value", value_node.start_mark)
 
     def construct_yaml_timestamp(self, node):  # explicit !!timestamp: keep the text
         return node.value
@@ -143,18 +189,112 @@ if getattr(yaml, "__with_libyaml__", False):
 
 for _loader in _LOADERS:
     _loader.add_constructor(_PLAIN_TAG, _HelmMixin.construct_plain)
+    _loader.add_constructor(_MERGE_TAG, _HelmMixin.construct_plain)
     _loader.add_constructor("tag:yaml.org,2002:timestamp", _HelmMixin.construct_yaml_timestamp)
+
+
+class ExcessiveAliasing(yaml.YAMLError):
+    """A document whose aliases expand past go-yaml's limit (an "alias bomb"), or that
+    nests deeper than MAX_NESTING."""
+
+    def __init__(self, mark, message: str = "document contains excessive aliasing (aliases "
+                 "expand past Helm's limit: an alias bomb?)") -> None:
+        super().__init__(message)
+        self.mark = mark
+        self.message = message
+
+
+def _allowed_alias_ratio(decodes: int) -> float:
+    """go-yaml v2 decode.go `allowedAliasRatio` (vendored by Helm as sigs.k8s.io/yaml
+    goyaml.v2): 99% of the decodes may come from aliases up to 400,000 decodes, 10% from
+    4,000,000, linear in between."""
+    low, high = 400_000, 4_000_000
+    if decodes <= low:
+        return 0.99
+    if decodes >= high:
+        return 0.10
+    return 0.99 - 0.89 * (decodes - low) / (high - low)
+
+
+def check_aliasing(root) -> None:
+    """Count the node decodes go-yaml v2 would make for the composed document `root`
+    (aliases expanded), and raise ExcessiveAliasing where its decoder fails with
+    "document contains excessive aliasing" (decode.go `unmarshal`: more than 100 alias
+    decodes, more than 1000 decodes, and an alias share above `_allowed_alias_ratio`).
+    PyYAML composes an alias as the anchored node itself, so a node met a second time is
+    an alias; it runs in time linear in the decodes it allows, not in the expansion."""
+    decodes = aliases = 0
+    seen: set[int] = set()
+    stack = [(root, 0, 0)]
+    while stack:
+        node, depth, nesting = stack.pop()
+        if nesting > MAX_NESTING:
+            raise ExcessiveAliasing(node.start_mark, f"nested more than {MAX_NESTING} levels "
+                                    "deep (mappings and lists)")
+        if depth == 0 and id(node) in seen:     # an alias reference: the alias node itself,
+            decodes += 1                        # then its anchor's subtree, all as aliases
+            depth = 1
+        decodes += 1
+        if depth:
+            aliases += 1
+        else:
+            seen.add(id(node))
+        if aliases > 100 and decodes > 1000 and aliases / decodes > _allowed_alias_ratio(decodes):
+            raise ExcessiveAliasing(node.start_mark)
+        if isinstance(node, yaml.MappingNode):
+            for k, v in reversed(node.value):
+                stack.append((v, depth, nesting + 1))
+                if k.tag != _MERGE_TAG:        # go-yaml v2 never decodes the `<<` key
+                    stack.append((k, depth, nesting + 1))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((child, depth, nesting + 1) for child in reversed(node.value))
+
+
+def _check_size(text: str, source: str) -> int:
+    """The number of nodes of `text`, counted on its event stream (fast), refusing more
+    than MAX_NODES before anything is composed; syntax errors are left to the loader,
+    which places them."""
+    n = 0
+    try:
+        for event in yaml.parse(text, Loader=_LOADERS[0]):
+            if isinstance(event, (yaml.ScalarEvent, yaml.MappingStartEvent,
+                                  yaml.SequenceStartEvent, yaml.AliasEvent)):
+                n += 1
+                if n > MAX_NODES:
+                    mark = event.start_mark
+                    raise SpecError(f"more than {MAX_NODES:,} YAML values in one file; specs "
+                                    "and values files have hundreds", source=source,
+                                    line=mark.line + 1, column=mark.column + 1)
+    except yaml.YAMLError:
+        pass
+    return n
+
+
+def _documents(text: str, loader_class) -> list:
+    loader = loader_class(text)
+    try:
+        docs = []
+        while loader.check_node():
+            node = loader.get_node()
+            check_aliasing(node)
+            docs.append(loader.construct_document(node))
+        return docs
+    finally:
+        loader.dispose()
 
 
 def _load_all(text: str) -> list:
     """Every document of `text` as Helm reads it. The fast libyaml reader first; on any
-    error the pure-Python reader parses again, so messages and positions are PyYAML's."""
+    error the pure-Python reader parses again, so messages and positions are PyYAML's.
+    An alias bomb fails fast (check_aliasing) before anything is expanded."""
     if len(_LOADERS) > 1:
         try:
-            return list(yaml.load_all(text, Loader=_LOADERS[0]))
+            return _documents(text, _LOADERS[0])
+        except ExcessiveAliasing:
+            raise
         except yaml.YAMLError:
             pass
-    return list(yaml.load_all(text, Loader=_HelmLoader))
+    return _documents(text, _HelmLoader)
 
 
 def helm_data(text: str, source: str = "<string>") -> Any:
@@ -225,19 +365,88 @@ def _line_col(text: str, index: int) -> tuple[int, int]:
     return line, col
 
 
-def read_source(path: str | Path) -> tuple[bytes, str]:
-    """Read a file (or stdin for `-`); returns (bytes, display name)."""
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def _too_big(size: int) -> str:
+    return (f"is {size / 2**20:.1f} MiB; gpuvalues reads files up to "
+            f"{MAX_INPUT_BYTES // 2**20} MiB (specs and values files are kilobytes)")
+
+
+def read_input(path: str | Path, *, error: type[GpuValuesError] = SpecError,
+               expected: str = "a YAML file") -> tuple[bytes, str]:
+    """The bytes of the regular file at `path` (`-`: stdin), and its display name.
+
+    Refused with one `error` naming the file, before reading anything: a missing file, a
+    directory, a FIFO, a device or a socket (a FIFO would block, /dev/zero never ends),
+    and more than MAX_INPUT_BYTES. The file is opened non-blocking and checked on the
+    open descriptor, so a path swapped for a FIFO after a check cannot block either.
+    """
     if str(path) == STDIN:
-        return sys.stdin.buffer.read(), "<stdin>"
-    p = Path(path)
+        data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        if len(data) > MAX_INPUT_BYTES:
+            raise error(f"standard input is more than {MAX_INPUT_BYTES // 2**20} MiB; "
+                        "gpuvalues reads inputs up to that size", source="<stdin>")
+        return data, "<stdin>"
+    source = str(path)
     try:
-        return p.read_bytes(), str(path)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise SpecError("file not found", source=str(path)) from None
+        raise error("file not found", source=source) from None
     except IsADirectoryError:
-        raise SpecError("is a directory, expected a YAML file", source=str(path)) from None
+        raise error(f"is a directory, expected {expected}", source=source) from None
     except OSError as exc:
-        raise SpecError(f"cannot read: {exc.strerror}", source=str(path)) from None
+        raise error(f"cannot read: {exc.strerror}", source=source) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+            raise error(f"is {kind}, expected {expected} (gpuvalues reads only regular files)",
+                        source=source)
+        if st.st_size > MAX_INPUT_BYTES:
+            raise error(_too_big(st.st_size), source=source)
+        chunks, size = [], 0
+        while True:                       # read to EOF, never past the limit (growing files)
+            chunk = os.read(fd, min(1 << 20, MAX_INPUT_BYTES + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_INPUT_BYTES:
+                raise error(_too_big(size), source=source)
+        return b"".join(chunks), source
+    except OSError as exc:
+        raise error(f"cannot read: {exc.strerror}", source=source) from None
+    finally:
+        os.close(fd)
+
+
+def read_source(path: str | Path) -> tuple[bytes, str]:
+    """Read a file (or stdin for `-`); returns (bytes, display name). See read_input."""
+    return read_input(path)
+
+
+def resolve_reference(reference: str, base_dir: Path, *, source: str = "", field: str | None = None,
+                      allow_outside: bool = False, error: type[GpuValuesError] = SpecError) -> Path:
+    """The path a spec names (`topology.file` and the like), resolved against `base_dir`
+    (the spec's folder) and checked.
+
+    The rule: a reference must stay inside the spec's folder after following `..` and
+    symlinks, unless `allow_outside` (an explicit option of the caller); an absolute path
+    is outside unless it resolves into the folder. So a spec received from someone else
+    cannot make gpuvalues read /etc/shadow or ~/.kube/config into an error message. The
+    file itself must then pass read_input (a regular file, within the size limit).
+    """
+    if "\0" in reference:
+        raise error("a path cannot contain a NUL byte", source=source, field=field)
+    base = Path(os.path.realpath(base_dir))
+    target = Path(os.path.realpath(base / reference))
+    if not allow_outside and target != base and base not in target.parents:
+        raise error(f"{reference!r} is outside the spec's folder ({base}); put the file beside "
+                    "the spec (paths are relative to the spec file)", source=source, field=field)
+    return target
 
 
 def decode(data: bytes, source: str) -> str:
@@ -252,8 +461,8 @@ def decode(data: bytes, source: str) -> str:
         raise SpecError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
                         f"{exc.start}); save the file as UTF-8",
                         source=source, line=line, column=col) from None
-    bad = next((i for i, ch in enumerate(text) if ch == "\x00"), None)
-    if bad is not None:
+    bad = text.find("\x00")
+    if bad >= 0:
         line, col = _line_col(text, bad)
         raise SpecError("binary data (NUL byte), expected YAML text",
                         source=source, line=line, column=col)
@@ -268,6 +477,9 @@ def read_text(path: str | Path) -> str:
 
 
 def _yaml_error(exc: yaml.YAMLError, text: str, source: str) -> SpecError:
+    if isinstance(exc, ExcessiveAliasing):
+        return SpecError(f"invalid YAML: {exc.message}", source=source,
+                         line=exc.mark.line + 1, column=exc.mark.column + 1)
     if isinstance(exc, yaml.reader.ReaderError):
         line, col = _line_col(text, exc.position)
         char = exc.character if isinstance(exc.character, int) else ord(exc.character)
@@ -378,11 +590,14 @@ def load_text(text: str, source: str = "<string>", *, allow_empty: bool = False)
             return Loaded({}, source, text, {(): (1, 1)}, {}, ())
         raise SpecError("file is empty, expected a YAML mapping", source=source, line=1, column=1)
     try:
+        nodes = _check_size(text, source)
         docs = _load_all(text)
     except yaml.YAMLError as exc:
         raise _yaml_error(exc, text, source) from None
     except RecursionError:
         raise SpecError("YAML nested too deeply", source=source, line=1, column=1) from None
+    except MemoryError:
+        raise SpecError("YAML too large to hold in memory", source=source, line=1, column=1) from None
     if len(docs) > 1:
         second = [m.start() for m in re.finditer(r"(?m)^---", text)]
         line = _line_col(text, second[-1])[0] if second else 1
@@ -398,8 +613,14 @@ def load_text(text: str, source: str = "<string>", *, allow_empty: bool = False)
     renamed: list = []
     from ruamel.yaml import YAML
     from ruamel.yaml.constructor import DuplicateKeyError
-    from ruamel.yaml.error import MarkedYAMLError as RMarkedError, YAMLError as RYAMLError
+    from ruamel.yaml.error import MarkedYAMLError as RMarkedError
+    from ruamel.yaml.error import YAMLError as RYAMLError
 
+    if nodes > ROUND_TRIP_LIMIT:
+        # ruamel's pure-Python reader takes ~100 us a node: for big files, positions and
+        # duplicate keys come from libyaml and the YAML 1.2 comparison (GV010) is skipped.
+        _walk_pyyaml(text, pos, key_pos, source=source)
+        return Loaded(data, source, text, pos, key_pos, ())
     try:
         _walk_ruamel(YAML(typ="rt").load(text), (), pos, key_pos, rt, renamed)
     except DuplicateKeyError as exc:
@@ -434,26 +655,37 @@ def load_text(text: str, source: str = "<string>", *, allow_empty: bool = False)
     return Loaded(data, source, text, pos, key_pos, tuple(warnings))
 
 
-def _walk_pyyaml(text: str, pos: dict, key_pos: dict) -> None:
-    """Positions from PyYAML's composed node tree (fallback)."""
+def _walk_pyyaml(text: str, pos: dict, key_pos: dict, *, source: str | None = None) -> None:
+    """Positions from PyYAML's composed node tree (libyaml when available). With `source`,
+    a duplicate key is a SpecError there (what ruamel's reader reports otherwise)."""
     def walk(node, path):
         pos[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
         if isinstance(node, yaml.MappingNode):
+            names: set = set()
             for k, v in node.value:
+                if k.tag == _MERGE_TAG:
+                    continue
                 try:
                     name = helm_key(helm_scalar(k.value)) if isinstance(k, yaml.ScalarNode) \
                         else str(k.value)
                 except NotRepresentable:
                     name = k.value
+                if source is not None and name in names:
+                    raise SpecError(f"duplicate key {k.value!r}", source=source,
+                                    line=k.start_mark.line + 1, column=k.start_mark.column + 1)
+                names.add(name)
                 key_pos[path + (name,)] = (k.start_mark.line + 1, k.start_mark.column + 1)
                 walk(v, path + (name,))
         elif isinstance(node, yaml.SequenceNode):
             for i, v in enumerate(node.value):
                 walk(v, path + (i,))
-    try:
-        root = yaml.compose(text, Loader=_HelmLoader)
-    except yaml.YAMLError:
-        return
+    root = None
+    for loader in dict.fromkeys((_LOADERS[0], _HelmLoader)):
+        try:
+            root = yaml.compose(text, Loader=loader)
+            break
+        except yaml.YAMLError:
+            continue
     if root is not None:
         walk(root, ())
 
@@ -483,3 +715,40 @@ def expect_mapping(loaded: Loaded, what: str = "file") -> Loaded:
 def dump(data: Any) -> str:
     """YAML text for plain data, keys in insertion order (what `values` writes)."""
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
+
+
+# libyaml's reader is about 10x faster than PyYAML's pure-Python one (the catalog alone
+# is 19 files read at every CLI start); both build the same plain data.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def parse_yaml(text: str, *, source: str | None = None, error: type[GpuValuesError] = GpuValuesError,
+               all_documents: bool = False) -> Any:
+    """Plain YAML data (PyYAML safe types) from `text`: one document, or a list of the
+    non-empty ones with `all_documents`.
+
+    For data files and tool output (catalog, inventories, manifests, HPA behaviors); spec
+    and values files go through `yamlio`, which reads YAML exactly as Helm does. A syntax
+    error raises `error` with the file, line and column. The fast libyaml reader runs
+    first; on an error the pure-Python reader parses again, so messages are PyYAML's.
+    """
+    for loader in dict.fromkeys((SAFE_LOADER, yaml.SafeLoader)):
+        try:
+            docs = _documents(text, loader)
+            if all_documents:
+                return [doc for doc in docs if doc]
+            if len(docs) > 1:
+                raise error(f"{len(docs)} YAML documents; expected one", source=source)
+            return docs[0] if docs else None
+        except ExcessiveAliasing as exc:
+            raise error(f"invalid YAML: {exc.message}", source=source,
+                        line=exc.mark.line + 1, column=exc.mark.column + 1) from None
+        except (RecursionError, MemoryError) as exc:
+            what = "nested too deeply" if isinstance(exc, RecursionError) else "too large"
+            raise error(f"YAML/JSON {what} to read", source=source, line=1, column=1) from None
+        except yaml.YAMLError as exc:
+            last = exc
+    mark = getattr(last, "problem_mark", None)
+    raise error(f"invalid YAML: {getattr(last, 'problem', None) or last}", source=source,
+                line=mark.line + 1 if mark else None,
+                column=mark.column + 1 if mark else None) from None

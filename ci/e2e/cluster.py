@@ -207,7 +207,7 @@ def kwok_node(node: Mapping) -> dict:
 
 
 def nodes_from_inventory(inventory) -> list[dict]:
-    """Fake Nodes from a `gpuvalues.inventory.Inventory`: its labels (GFD, topology),
+    """Fake Nodes from a `gpuvalues.planners.inventory.Inventory`: its labels (GFD, topology),
     taints and capacity/allocatable, so the cluster is what `gpuvalues fit` reasons about."""
     return [kwok_node(n.to_k8s_node()) for n in inventory.nodes]
 
@@ -558,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     with cluster:
         if args.nodes:
-            from gpuvalues.inventory import load_inventory
+            from gpuvalues.io.cluster import load_inventory
 
             cluster.add_nodes(nodes_from_inventory(load_inventory(args.nodes)))
         print(f"cluster ready in {time.monotonic() - t0:.1f} s ({cluster.timings})")

@@ -1,6 +1,8 @@
-"""Golden examples: every documented spec goes spec -> values -> checks -> real helm
-(Helm 4 and Helm 3) -> kubernetes-validate, and the rendered objects carry what the spec
-asked for (expectations written from each example's text, not from the builder)."""
+"""Golden examples: every documented spec goes spec -> fleet -> checks -> real helm
+(Helm 4 and Helm 3) -> kubernetes-validate for every release, and the rendered objects
+carry what the spec asked for (expectations written from each example's text, not from
+the builder). The whole fleet of each example schedules at min and max replicas on its
+own nodes."""
 from __future__ import annotations
 
 import os
@@ -9,8 +11,8 @@ import pytest
 import yaml
 
 from gpuvalues import cli, pipeline
-from gpuvalues.spec import load_spec
-from gpuvalues.values import build_all
+from gpuvalues.checks.fleet import build_checked
+from gpuvalues.checks.spec import load_spec
 from tests.chart.chartlib import by_kind, k8s_errors, render
 from tests.chart.test_workload import one
 from tests.conftest import ROOT, run
@@ -30,8 +32,32 @@ EXPECT = {
                                            "HorizontalPodAutoscaler"),
     ("nvlink-tp8", "llama-405b-fp8"): ({"nvidia.com/gpu": 8}, "HorizontalPodAutoscaler"),
     ("keda", "qwen-32b"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
+    ("mig-and-tp-one-pool", "llama-70b"): ({"nvidia.com/gpu": 2}, "HorizontalPodAutoscaler"),
+    ("mig-and-tp-one-pool", "qwen-7b"): ({"nvidia.com/mig-3g.40gb": 1}, "HorizontalPodAutoscaler"),
+    ("mig-and-tp-one-pool", "reranker"): ({"nvidia.com/mig-1g.10gb": 1}, "HorizontalPodAutoscaler"),
+    ("time-slicing-renamed-and-not", "phi-mini"): ({"nvidia.com/gpu.shared": 1},
+                                                   "HorizontalPodAutoscaler"),
+    ("time-slicing-renamed-and-not", "qwen-3b"): ({"nvidia.com/gpu": 1}, "HorizontalPodAutoscaler"),
+    ("mps-two-models", "embed"): ({"nvidia.com/gpu.shared": 1}, "HorizontalPodAutoscaler"),
+    ("mps-two-models", "phi-mini"): ({"nvidia.com/gpu.shared": 1}, "HorizontalPodAutoscaler"),
+    # 17.5 GB = 16.30 GiB (+5%) does not fit H200 1g.18gb (16.00 GiB usable): 1g.35gb
+    ("mixed-a100-h100-h200", "gemma-9b"): ({"nvidia.com/mig-1g.35gb": 1}, "HorizontalPodAutoscaler"),
+    ("mixed-a100-h100-h200", "embed"): ({"nvidia.com/mig-1g.10gb": 1}, "HorizontalPodAutoscaler"),
+    ("mixed-a100-h100-h200", "mistral-small"): ({"nvidia.com/mig-3g.71gb": 1},
+                                                "HorizontalPodAutoscaler"),
+    ("mixed-a100-h100-h200", "llama-70b"): ({"nvidia.com/gpu": 4}, "HorizontalPodAutoscaler"),
+    ("keda-fleet", "qwen-32b"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
+    ("keda-fleet", "llama-8b"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
+    ("keda-fleet", "phi-mini"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
+    ("dra-fleet", "llama-70b"): ({}, "HorizontalPodAutoscaler"),       # devices via a claim
+    ("dra-fleet", "qwen-7b"): ({}, "HorizontalPodAutoscaler"),
 }
 CASES = [(p, w.name) for p in EXAMPLES for w in load_spec(p).workloads]
+
+
+def _objects(out):
+    """Every object written under `render -o DIR` (one folder per release)."""
+    return [yaml.safe_load(p.read_text()) for p in sorted(out.rglob("*.yaml"))]
 
 
 def test_every_example_workload_has_expectations():
@@ -41,8 +67,9 @@ def test_every_example_workload_has_expectations():
 @pytest.mark.parametrize("path, workload", CASES, ids=lambda x: getattr(x, "stem", x))
 def test_example_renders_and_validates(helm, path, workload):
     spec = load_spec(path)
-    built = {b.workload: b for b in build_all(spec)}[workload]
-    objects = render(helm, values=built.values, release=workload, kube_version=spec.kubernetes_version)
+    release = build_checked(spec).release(workload)
+    objects = render(helm, values=dict(release.values), release=release.name,
+                     namespace=release.namespace, kube_version=spec.kubernetes_version)
     minor = ".".join(spec.kubernetes_version.split(".")[:2])
     for m in sorted({minor, "1.37"}):
         assert k8s_errors(objects, m) == []
@@ -56,11 +83,25 @@ def test_example_renders_and_validates(helm, path, workload):
     assert len(by_kind(objects, scaler)) == 1
     other = {"HorizontalPodAutoscaler", "ScaledObject"} - {scaler}
     assert by_kind(objects, other.pop()) == []
-    # gpuvalues.fit replays the scheduler's filters on the spec's pools (labelled and
-    # partitioned as the build says): min and max replicas both schedule.
-    assert pipeline.fit_findings(spec, built, objects) == []
     if spec.workload(workload).server == "vllm":      # triton reads a model repository
         assert f"--model={spec.workload(workload).model}" in container["args"]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_fleet_renders_with_unique_names_and_schedules(helm4, path):
+    """Every release of the fleet (platform + one per workload) renders; no two objects of
+    one kind share a namespace and name; gpuvalues.planners.fit replays the scheduler's
+    filters for all releases together on the fleet's nodes: min and max replicas schedule."""
+    spec = load_spec(path)
+    fleet = build_checked(spec)
+    rendered = [(r, render(helm4, values=dict(r.values), release=r.name, namespace=r.namespace,
+                           kube_version=spec.kubernetes_version)) for r in fleet.releases]
+    keys = [(o["kind"], o["metadata"].get("namespace", r.namespace), o["metadata"]["name"])
+            for r, objs in rendered for o in objs]
+    assert len(keys) == len(set(keys))
+    assert [o["kind"] for o in rendered[0][1] if o["kind"] == "Deployment"] in (
+        [], ["Deployment"])     # the platform release: at most the adapter, no inference server
+    assert pipeline.fit_findings(fleet, rendered) == []
 
 
 def _affinity_values(dep, key):
@@ -73,21 +114,25 @@ def test_tensor_parallel_pods_pin_to_the_nvlink_label(helm4, tmp_path):
     out = tmp_path / "m"
     assert cli.main(["render", str(ROOT / "examples" / "nvlink-tp8.yaml"), "-o", str(out),
                      "-q", "--helm", helm4]) == 0
-    objects = [yaml.safe_load(p.read_text()) for p in sorted(out.iterdir())]
-    assert _affinity_values(one(objects, "Deployment"), "nvidia.com/gpu.topology") == [["NV8"]]
+    deps = [o for o in _objects(out) if o["kind"] == "Deployment" and "llama" in o["metadata"]["name"]]
+    assert _affinity_values(one(deps, "Deployment"), "nvidia.com/gpu.topology") == [["NV8"]]
 
 
 def test_time_slicing_config_reaches_the_device_plugin(helm4, tmp_path):
     out = tmp_path / "m"
     assert cli.main(["render", str(ROOT / "examples" / "rtx4090-time-slicing.yaml"),
                      "-o", str(out), "-q", "--helm", helm4]) == 0
-    objects = [yaml.safe_load(p.read_text()) for p in sorted(out.iterdir())]
+    objects = _objects(out)
     configs = [c for c in by_kind(objects, "ConfigMap") if "ts-4" in (c.get("data") or {})]
-    assert len(configs) == 1
+    assert len(configs) == 1 and configs[0]["metadata"]["name"].startswith("gpu-platform-")
     ts = yaml.safe_load(configs[0]["data"]["ts-4"])["sharing"]["timeSlicing"]
     assert ts["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
-    assert _affinity_values(one(objects, "Deployment"), "nvidia.com/gpu.product") == \
-        [["NVIDIA-GeForce-RTX-4090-SHARED"]]
+    assert ts["renameByDefault"] is True
+    # renamed replicas keep GFD's plain product label (k8s-device-plugin
+    # internal/lm/resource.go appends -SHARED only when not renamed); tests/oracle runs GFD
+    dep = one([o for o in objects if o["kind"] == "Deployment" and "phi" in o["metadata"]["name"]],
+              "Deployment")
+    assert _affinity_values(dep, "nvidia.com/gpu.product") == [["NVIDIA-GeForce-RTX-4090"]]
 
 
 def test_render_o_dir_one_file_per_object(helm4, tmp_path):
@@ -98,7 +143,8 @@ def test_render_o_dir_one_file_per_object(helm4, tmp_path):
     proc = run([GV, "render", str(ROOT / "examples" / "single-a100.yaml"), "-o", str(out),
                 "--helm", helm4])
     assert proc.returncode == 0, proc.stderr
-    files = sorted(out.iterdir())
+    files = sorted(out.rglob("*.yaml"))
+    assert sorted(p.name for p in out.iterdir()) == ["gpu-platform", "llama-8b"]   # per release
     assert len(files) == len(streamed)
     assert not [f for f in os.listdir(out) if f.startswith(".")]      # no temp files left
     written = []

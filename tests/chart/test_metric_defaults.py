@@ -12,12 +12,12 @@ compares the HPA with the function.
 from __future__ import annotations
 
 import pytest
+import yaml
 
-from gpuvalues.autoscaling import choose_metric
 from gpuvalues.errors import CapacityError
+from gpuvalues.planners.autoscaling import choose_metric
 from tests.chart.chartlib import by_kind, template
 from tests.chart.test_workload import _combo_values
-import yaml
 
 
 def _values(mode: str, server: str) -> dict[str, str]:

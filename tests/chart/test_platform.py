@@ -4,7 +4,7 @@ Prometheus adapter, alerts), rendered by the real Helm 4.1.4 and Helm 3.17.2.
 Every ci/platform-*-values.yaml scenario is linted (--strict), rendered and validated
 strictly for each supported Kubernetes minor; custom resources are checked against the
 prometheus-operator CRD schemas. Device plugin configs in the rendered ConfigMap are
-checked by gpuvalues.sharing.validate_device_plugin_config (the device plugin's rules).
+checked by gpuvalues.planners.deviceplugin.validate_device_plugin_config (the device plugin's rules).
 """
 from __future__ import annotations
 
@@ -15,9 +15,20 @@ import pytest
 import yaml
 
 from gpuvalues.errors import DevicePluginConfigError
-from gpuvalues.sharing import build_device_plugin_config, validate_device_plugin_config
-from tests.chart.chartlib import (HELMS, KUBE_MINORS, SCENARIO_DIR, by_kind, crd_errors, k8s_errors, render, rendered,
-                                  scenario_file, template)
+from gpuvalues.planners.deviceplugin import build_device_plugin_config, validate_device_plugin_config
+from tests.chart.chartlib import (
+    HELMS,
+    KUBE_MINORS,
+    SCENARIO_DIR,
+    by_kind,
+    crd_errors,
+    k8s_errors,
+    render,
+    rendered,
+    rendered_text,
+    scenario_file,
+    template,
+)
 from tests.conftest import CHART, run
 
 PLATFORM_SCENARIOS = sorted(p.name[: -len("-values.yaml")] for p in SCENARIO_DIR.glob("platform-*-values.yaml"))
@@ -117,14 +128,22 @@ def test_gpu_operator_turns_off_the_parts_it_runs():
 
 
 def test_one_resource_per_template_file_named_by_kind():
-    for f in sorted((CHART / "templates").glob("*.yaml")):
-        if not f.name.startswith(("device-plugin-", "gpu-feature-discovery-", "dcgm-exporter-",
-                                  "prometheus-adapter-", "prometheusrule")):
-            continue
-        text = f.read_text()
-        kinds = re.findall(r"^kind: (\w+)", text, re.M)
-        assert len(kinds) == 1, f.name
-        assert kinds[0].lower() in f.name.replace("-", ""), (f.name, kinds[0])
+    # Judged on the render (the DaemonSets' `kind:` comes from a shared header helper).
+    seen = {}
+    for scenario in ("platform-on", "platform-mig-sharing"):
+        for doc in rendered_text("helm", scenario).split("\n---\n"):
+            m = re.search(r"^# Source: gpu-inference/templates/(\S+)$", doc, re.M)
+            obj = yaml.safe_load(doc)
+            if not m or not obj:
+                continue
+            seen.setdefault(m.group(1), set()).add((obj["kind"], obj["metadata"]["name"]))
+    platform = {f: objs for f, objs in seen.items() if f.startswith(
+        ("device-plugin-", "gpu-feature-discovery-", "dcgm-exporter-", "prometheus-adapter-", "prometheusrule"))}
+    assert len(platform) >= 20, sorted(platform)
+    for f, objs in platform.items():
+        assert len(objs) == 1, (f, objs)
+        ((kind, _),) = objs
+        assert kind.lower() in f.replace("-", ""), (f, kind)
 
 
 def test_default_namespace_is_refused(helm):
@@ -202,7 +221,7 @@ def test_config_manager_can_read_its_node():
 def test_mig_configs_give_the_plugin_sys_admin_and_mig_monitoring():
     ds = one(objs("helm", "platform-mig-sharing"), "DaemonSet", "device-plugin")
     plugin = containers(ds)["nvidia-device-plugin"]
-    assert plugin["securityContext"]["capabilities"] == {"add": ["SYS_ADMIN"]}
+    assert plugin["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
     assert env(plugin)["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
 
 
@@ -315,7 +334,7 @@ def test_dcgm_exporter_daemonset_service_and_counters():
     assert e["DCGM_EXPORTER_KUBERNETES"] == "true"
     assert e["DCGM_EXPORTER_LISTEN"] == ":9400"
     assert e["DCGM_EXPORTER_COLLECTORS"] == "/etc/dcgm-exporter/counters.csv"
-    assert ctr["securityContext"]["capabilities"] == {"add": ["SYS_ADMIN"]}
+    assert ctr["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
     assert ctr["image"].startswith("nvcr.io/nvidia/k8s/dcgm-exporter:") and not ctr["image"].endswith(":latest")
     vols = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
     assert vols["pod-resources"]["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"

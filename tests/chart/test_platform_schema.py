@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
-from gpuvalues.sharing import build_device_plugin_config
+from gpuvalues.planners.deviceplugin import build_device_plugin_config
 from tests.chart.test_platform import BAD_CONFIGS, GENERATED
 from tests.conftest import CHART, ROOT
 

@@ -16,8 +16,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.chart.chartlib import (KUBE_MINORS, SCENARIO_DIR, by_kind, crd_errors, crd_validators, k8s_errors,
-                                  render, rendered, rendered_text, scenario_file)
+from tests.chart.chartlib import (
+    KUBE_MINORS,
+    SCENARIO_DIR,
+    by_kind,
+    crd_errors,
+    crd_validators,
+    k8s_errors,
+    render,
+    rendered,
+    rendered_text,
+    scenario_file,
+)
 from tests.conftest import CHART
 
 # The seven scenarios the issue names; platform-*-values.yaml belong to the platform part.

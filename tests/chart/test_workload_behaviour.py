@@ -16,7 +16,6 @@ from tests.chart.chartlib import by_kind, render, scenario_file, template
 from tests.chart.test_workload import helm_id, objects, one, server
 from tests.conftest import CHART
 
-
 # vLLM on a shared GPU needs its memory fraction (the chart refuses it otherwise).
 MEM = {"server.args[0]": "--gpu-memory-utilization=0.4"}
 # Triton serves a model repository: it needs weights from a PVC (or an init container).
@@ -190,7 +189,7 @@ def _metrics_via_interface(helm: str, tmp_path: Path, set_values: dict) -> list[
     return yaml.safe_load(cm["data"]["metrics"])
 
 
-# Hand-written from the rules (same as gpuvalues.autoscaling's metric choice).
+# Hand-written from the rules (same as gpuvalues.planners.autoscaling's metric choice).
 DEFAULT_METRICS = [
     ({}, [{"name": "DCGM_FI_DEV_GPU_UTIL", "target": "70"}]),
     ({**TRITON}, [{"name": "DCGM_FI_DEV_GPU_UTIL", "target": "70"}]),
@@ -439,13 +438,10 @@ def test_keda_queries_are_valid_promql(helm4, promtool, tmp_path):
     assert subprocess.run([promtool, "check", "rules", str(f)], capture_output=True).returncode != 0
 
 
-def test_chart_metadata_and_image_annotation_match_the_defaults(helm4):
+def test_chart_metadata(helm4):
+    # The images are values (server.images.<type>), tested in test_chart_conventions.py.
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["apiVersion"] == "v2" and chart["kubeVersion"] == ">=1.29.0-0"
-    listed = {i["image"] for i in yaml.safe_load(chart["annotations"]["images"])}
-    rendered = {server(render(helm4, set_values=v))["image"] for v in ({"server.type": "vllm"}, TRITON)}
-    rendered.add(one(render(helm4), "Pod")["spec"]["containers"][0]["image"])
-    assert listed == rendered
 
 
 def test_model_names_with_yaml_specials_stay_strings(helm4):
@@ -502,7 +498,7 @@ def test_gpu_request_from_a_values_file_is_compared_as_a_number(helm, tmp_path):
 def test_default_behavior_is_the_librarys_recommendation():
     # The chart's default equals what gpuvalues recommends (and `gpuvalues simulate` measures)
     # for a 120 s model start-up.
-    from gpuvalues.autoscaling import recommended_behavior
+    from gpuvalues.planners.autoscaling import recommended_behavior
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert values["autoscaling"]["behavior"] == recommended_behavior(120.0)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.chart.test_workload import SCENARIOS, min_minor, ours, scenario_file
 from tests.chart.chartlib import template
+from tests.chart.test_workload import SCENARIOS, min_minor, ours, scenario_file
 from tests.conftest import ROOT, TOOLS
 
 CHECKOV = ROOT / ".tools" / "checkov-venv" / "bin" / "checkov"

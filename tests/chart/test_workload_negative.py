@@ -145,9 +145,12 @@ CASES = {
         {}, "1.28.0",
         ["chart requires kubeVersion: >=1.29.0-0 which is incompatible with Kubernetes v1.28.0"],
         ["chart requires kubeVersion: >=1.29.0-0 which is incompatible with Kubernetes v1.28.0"]),
+    # 0 is scale to zero (issue 18): allowed by the schema, refused for an HPA unless the
+    # cluster enables HPAScaleToZero (tests/chart/test_serving.py has the other cases).
     "min-replicas-zero": (
         {"autoscaling.minReplicas": "0"}, "1.34.0",
-        ["/autoscaling/minReplicas", "minimum"], ["autoscaling.minReplicas", "greater than or equal to 1"]),
+        ["autoscaling.minReplicas=0 with engine=hpa needs the alpha HPAScaleToZero"],
+        ["autoscaling.minReplicas=0 with engine=hpa needs the alpha HPAScaleToZero"]),
 }
 
 

@@ -37,7 +37,7 @@ harness = _load_harness()
 @pytest.fixture(scope="session")
 def inventory():
     """The fake GPU fleet (tests/e2e/inventory.yaml) as a gpuvalues Inventory."""
-    from gpuvalues.inventory import load_inventory
+    from gpuvalues.io.cluster import load_inventory
 
     return load_inventory(INVENTORY)
 
@@ -132,7 +132,7 @@ def kube(e2e_cluster, helm4) -> Kube:
 def pool(kube):
     """add(name, nodes) creates extra fake GPU nodes labelled e2e.gpu-inference/pool=<name>
     (an isolated node pool for one test); they are deleted afterwards."""
-    from gpuvalues.inventory import Inventory
+    from gpuvalues.planners.inventory import Inventory
 
     created: list[str] = []
 

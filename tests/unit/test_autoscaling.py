@@ -1,4 +1,4 @@
-"""Metric choice, Erlang C and the capacity model (gpuvalues.autoscaling).
+"""Metric choice, Erlang C and the capacity model (gpuvalues.planners.autoscaling).
 
 Oracles are independent of the code under test: Erlang C by its closed formula in exact
 rational arithmetic, Erlang B against the published 1% grade-of-service table, replica
@@ -11,11 +11,17 @@ from fractions import Fraction
 
 import pytest
 
-from gpuvalues import autoscaling, hpa
-from gpuvalues.autoscaling import (
-    CapacityPlan, choose_metric, erlang_b, erlang_c, mmc_mean_wait, plan_capacity, replicas_for_load,
-)
 from gpuvalues.errors import CapacityError, GpuValuesError
+from gpuvalues.planners import autoscaling, hpa
+from gpuvalues.planners.autoscaling import (
+    CapacityPlan,
+    choose_metric,
+    erlang_b,
+    erlang_c,
+    mmc_mean_wait,
+    plan_capacity,
+    replicas_for_load,
+)
 
 
 def exact_erlang_c(c: int, a: Fraction) -> Fraction:

@@ -156,3 +156,76 @@ def test_catalog_matches_real_lgipp_output(case):
         prof = by_id[pid]
         assert (prof.starts, prof.memory_slices) == (starts, size), (prof.name, line)
     assert gpu.mig.placement_status == "published"
+
+
+LGIP = yaml.safe_load((DATA / "lgip_memory.yaml").read_text())
+
+
+@pytest.mark.parametrize("case", LGIP["profiles"], ids=lambda c: c["gpu"])
+def test_usable_memory_matches_real_lgip_output(case):
+    gpu = catalog.get_gpu(case["gpu"])
+    for name, (gib, pid) in case["rows"].items():
+        prof = gpu.profile(name)
+        assert (prof.memory_gib, prof.id, prof.memory_gib_status) == (gib, pid, "published"), name
+
+
+@pytest.mark.parametrize("name, mib", sorted(LGIP["gpus"].items()))
+def test_whole_gpu_memory_is_nvidia_smi_total(name, mib):
+    gpu = catalog.get_gpu(name)
+    assert gpu.memory_gib_status == "published"
+    assert abs(gpu.memory_gib - mib / 1024) < 0.005
+
+
+def test_h200_1g_holds_16_gib_and_a_17_5_gb_model_does_not_fit():
+    prof = catalog.get_gpu("H200").profile("1g.18gb")
+    assert prof.memory_gib == 16.00
+    assert 17.5e9 / 2**30 > prof.memory_gib          # 16.30 GiB does not fit
+    assert 17.0e9 / 2**30 < prof.memory_gib          # 15.83 GiB does (the check can pass)
+
+
+@pytest.mark.parametrize("gpu", catalog.all_gpus(), ids=lambda g: g.name)
+def test_derived_memory_is_conservative(gpu):
+    # derived values never exceed the nominal size, and grow with the memory slices
+    assert 0 < gpu.memory_gib
+    if gpu.memory_gib_status == "derived":
+        assert gpu.memory_gib <= gpu.memory_gb
+    by_slices = sorted(gpu.profiles, key=lambda p: (p.memory_slices, p.memory_gib))
+    for a, b in zip(by_slices, by_slices[1:]):
+        assert a.memory_gib <= b.memory_gib, (a.name, b.name)
+    for p in gpu.profiles:
+        assert 0 < p.memory_gib <= p.memory_gb + 0.5 and p.memory_gib <= gpu.memory_gib
+        if p.memory_gib_status == "derived":
+            assert p.memory_gib <= p.memory_gb
+
+
+def test_derived_h100_nvl_7g_is_below_the_published_4_slice_rate():
+    # the only 8-slice row of H100 NVL is derived from 3g.47gb (46.38 GiB on 4 slices)
+    prof = catalog.get_gpu("H100-NVL").profile("7g.94gb")
+    assert prof.memory_gib_status == "derived" and prof.memory_gib == 92.76
+
+
+def test_gb200_driver_branch_names_are_aliases():
+    gpu = catalog.get_gpu("GB200")
+    for alias, canonical in [("1g.24gb", "1g.23gb"), ("1g.24gb+me", "1g.23gb+me"), ("3g.95gb", "3g.93gb"),
+                             ("7g.189gb", "7g.186gb")]:
+        assert gpu.profile(alias).name == canonical
+    with pytest.raises(CatalogError):
+        gpu.profile("3g.96gb")
+
+
+def test_placement_warning_only_for_derived_placements():
+    derived, published = catalog.get_gpu("H200"), catalog.get_gpu("A100-80GB")
+    assert derived.placement_source == "derived" and "derived" in derived.placement_warning
+    assert published.placement_source == "published" and published.placement_warning is None
+    assert catalog.get_gpu("L4").placement_source is None and catalog.get_gpu("L4").placement_warning is None
+
+
+@pytest.mark.parametrize("alias, expected", [
+    ("NVIDIA H20", "H20"), ("NVIDIA H100 SXM5 94GB", "H100-SXM5-94GB"), ("NVIDIA-GB300", "GB300"),
+    ("NVIDIA RTX PRO 5000 Blackwell", "RTX-PRO-5000"),
+    ("NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition", "RTX-PRO-6000"),
+])
+def test_mig_user_guide_gpus_present(alias, expected):
+    # the MIG User Guide's Supported GPUs list (H20, H100 94GB, RTX PRO 5000, RTX PRO 6000 Max-Q, GB300)
+    gpu = catalog.get_gpu(alias)
+    assert gpu.name == expected and gpu.mig_capable and gpu.placement_source in {"published", "derived"}

@@ -1,4 +1,4 @@
-"""gpuvalues.fit: scheduler filters on hand-built clusters with known answers, and a
+"""gpuvalues.planners.fit: scheduler filters on hand-built clusters with known answers, and a
 brute-force reference (every assignment of pods to nodes) for small random clusters.
 
 Messages are the scheduler's own (pkg/scheduler/framework/plugins: noderesources
@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuvalues.errors import CapacityError
-from gpuvalues.fit import fit, fit_error, load_manifests, report_table, workloads_from_manifests
-from gpuvalues.inventory import Inventory, Node, Taint
+from gpuvalues.io.present import fit_table as report_table
+from gpuvalues.planners.fit import fit, fit_error, load_manifests, workloads_from_manifests
+from gpuvalues.planners.inventory import Inventory, Node, Taint
 from tests.unit.corrupt import corrupt
 
 GPU = "nvidia.com/gpu"
@@ -433,7 +434,7 @@ def test_cli_inventory_writes_atomically(tmp_path, capsys):
     import json
 
     from gpuvalues.cli import main
-    from gpuvalues.inventory import load_inventory
+    from gpuvalues.io.cluster import load_inventory
 
     nodes_json = tmp_path / "nodes.json"
     nodes_json.write_text(json.dumps({"kind": "List", "items": [node("a").to_k8s_node()]}))

@@ -10,7 +10,7 @@ import pytest
 
 from gpuvalues import __version__
 from gpuvalues.errors import GpuValuesError, ToolNotFoundError
-from gpuvalues.tools import find_helm
+from gpuvalues.render.tools import find_helm
 from tests.conftest import ROOT, run
 
 

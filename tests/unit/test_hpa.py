@@ -1,4 +1,4 @@
-"""gpuvalues.hpa beyond the upstream tables: hand-computed cases for the paths those tables
+"""gpuvalues.planners.hpa beyond the upstream tables: hand-computed cases for the paths those tables
 leave thin (missing and pending pods, integer averages, period boundaries, percent
 rounding, defaults, guards) and the public API the acceptance tests use."""
 from __future__ import annotations
@@ -6,12 +6,24 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuvalues.errors import CapacityError
-from gpuvalues.hpa import (
-    HPA, ExternalMetric, MetricUnavailable, ObjectMetric, PodSample, PodsMetric, combine_proposals,
-    fill_behavior, format_milli, metrics_replicas, milli_value, parse_quantity, pods_metric_replicas,
+from gpuvalues.planners.hpa import (
+    HPA,
+    ExternalMetric,
+    MetricUnavailable,
+    ObjectMetric,
+    PodSample,
+    PodsMetric,
+    combine_proposals,
+    fill_behavior,
+    format_milli,
+    metrics_replicas,
+    milli_value,
+    parse_quantity,
+    pods_metric_replicas,
 )
 
 P = PodSample
@@ -216,7 +228,12 @@ def test_quantity_format_and_errors():
 
 
 def test_external_sums_cap_like_the_controller():
-    from gpuvalues.hpa import MAX_INT32, MAX_INT64, current_usage_milli, external_per_pod_metric_replicas
+    from gpuvalues.planners.hpa import (
+        MAX_INT32,
+        MAX_INT64,
+        current_usage_milli,
+        external_per_pod_metric_replicas,
+    )
 
     # AverageValue: the sum is ceil(sum / target) once outside tolerance: (3000+5000)/2000 = 4
     assert external_per_pod_metric_replicas(2, (3000, 5000), 2000) == 4

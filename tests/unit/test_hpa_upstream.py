@@ -1,5 +1,5 @@
 """The Kubernetes HPA controller's own table tests, ported as data (tests/unit/data/hpa/*.yaml,
-each file names its upstream source), run against gpuvalues.hpa.
+each file names its upstream source), run against gpuvalues.planners.hpa.
 
 Expectations are upstream's; the helpers below only rebuild upstream's fixtures (the fake
 pod lister, generateScalingRules, generateEventsUniformDistribution) from the data.
@@ -11,9 +11,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuvalues.hpa import (
-    HPA, ExternalMetric, MetricUnavailable, ObjectMetric, PodSample, PodsMetric, combine_proposals,
-    convert_desired_replicas_with_rules, current_usage_milli, group_pods, metric_replicas, milli_value,
+from gpuvalues.planners.hpa import (
+    HPA,
+    ExternalMetric,
+    MetricUnavailable,
+    ObjectMetric,
+    PodSample,
+    PodsMetric,
+    combine_proposals,
+    convert_desired_replicas_with_rules,
+    current_usage_milli,
+    group_pods,
+    metric_replicas,
+    milli_value,
 )
 
 DATA = Path(__file__).parent / "data" / "hpa"

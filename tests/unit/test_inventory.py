@@ -1,4 +1,4 @@
-"""gpuvalues.inventory: kubectl JSON, nvidia-smi CSV + topo, live client, dict round trip.
+"""gpuvalues.planners.inventory: kubectl JSON, nvidia-smi CSV + topo, live client, dict round trip.
 
 Expected values are hand-derived from the inputs written here (GFD label semantics from
 NVIDIA/k8s-device-plugin docs/gpu-feature-discovery/README.md). The live-cluster test
@@ -19,10 +19,20 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from gpuvalues.errors import InventoryError
-from gpuvalues.inventory import (
-    INVENTORY_SCHEMA, GpuInfo, Inventory, Node, Taint, from_kubectl_json, from_kubernetes, from_nvidia_smi,
-    inventory_from_sources, load_inventory, node_from_nvidia_smi, parse_quantity, resource_amount)
-from gpuvalues.topology import Topology
+from gpuvalues.io.cluster import from_kubernetes, inventory_from_sources, load_inventory
+from gpuvalues.planners.inventory import (
+    INVENTORY_SCHEMA,
+    GpuInfo,
+    Inventory,
+    Node,
+    Taint,
+    from_kubectl_json,
+    from_nvidia_smi,
+    node_from_nvidia_smi,
+    parse_quantity,
+    resource_amount,
+)
+from gpuvalues.planners.topology import Topology
 from tests.unit.corrupt import corrupt
 
 DATA = Path(__file__).parent / "data" / "topo"

@@ -1,5 +1,5 @@
 """Shared low-level helpers: Kubernetes syntax (gpuvalues.kube) and plain YAML data
-(gpuvalues.fileio). Expected values come from the Kubernetes docs: "Labels and Selectors"
+(gpuvalues.io.files). Expected values come from the Kubernetes docs: "Labels and Selectors"
 (syntax and character set) and "Resource Management for Pods and Containers" /
 apimachinery quantity.go (suffixes n, u, m, k..E, Ki..Ei, exponents)."""
 from __future__ import annotations
@@ -10,8 +10,10 @@ from fractions import Fraction
 
 import pytest
 
-from gpuvalues import fileio, hpa, inventory, kube
+from gpuvalues import kube, yamlio
 from gpuvalues.errors import CapacityError, GpuValuesError, InventoryError
+from gpuvalues.io import files
+from gpuvalues.planners import hpa, inventory
 
 
 @pytest.mark.parametrize("text, value", [
@@ -66,21 +68,21 @@ def test_dns_subdomains(name, ok):
 
 
 def test_parse_yaml_places_errors_with_the_callers_class():
-    assert fileio.parse_yaml("a: 1\n") == {"a": 1}
-    assert fileio.parse_yaml("---\na: 1\n---\n---\nb: 2\n", all_documents=True) == [{"a": 1}, {"b": 2}]
+    assert yamlio.parse_yaml("a: 1\n") == {"a": 1}
+    assert yamlio.parse_yaml("---\na: 1\n---\n---\nb: 2\n", all_documents=True) == [{"a": 1}, {"b": 2}]
     with pytest.raises(InventoryError) as info:
-        fileio.parse_yaml("a: [1\n", source="inv.yaml", error=InventoryError)
+        yamlio.parse_yaml("a: [1\n", source="inv.yaml", error=InventoryError)
     err = info.value
     assert (err.source, err.line, err.column) == ("inv.yaml", 2, 1)
     # PyYAML's own wording (the fast reader's error is re-parsed by the pure-Python one)
     assert str(err) == "inv.yaml:2:1: invalid YAML: expected ',' or ']', but got '<stream end>'"
     with pytest.raises(GpuValuesError):
-        fileio.parse_yaml("\tkey: 1\n")
+        yamlio.parse_yaml("\tkey: 1\n")
 
 
 def test_write_atomic_text_and_bytes(tmp_path):
-    fileio.write_atomic(tmp_path / "a.txt", "héllo\n")
-    fileio.write_atomic(tmp_path / "b.png", b"\x89PNG\x00\xff")
+    files.write_atomic(tmp_path / "a.txt", "héllo\n")
+    files.write_atomic(tmp_path / "b.png", b"\x89PNG\x00\xff")
     assert (tmp_path / "a.txt").read_text() == "héllo\n"
     assert (tmp_path / "b.png").read_bytes() == b"\x89PNG\x00\xff"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.png"]  # no temp files left
@@ -89,12 +91,12 @@ def test_write_atomic_text_and_bytes(tmp_path):
 def test_write_atomic_file_modes(tmp_path):
     old = os.umask(0o022)
     try:
-        fileio.write_atomic(tmp_path / "new.yaml", "a: 1\n")
+        files.write_atomic(tmp_path / "new.yaml", "a: 1\n")
         assert stat.S_IMODE((tmp_path / "new.yaml").stat().st_mode) == 0o644  # not mkstemp's 0600
         kept = tmp_path / "kept.yaml"
         kept.write_text("a: 1\n")
         kept.chmod(0o640)
-        fileio.write_atomic(kept, "a: 2\n")
+        files.write_atomic(kept, "a: 2\n")
         assert stat.S_IMODE(kept.stat().st_mode) == 0o640 and kept.read_text() == "a: 2\n"
     finally:
         os.umask(old)

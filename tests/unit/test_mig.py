@@ -1,6 +1,6 @@
 """MIG placement: NVIDIA's documented combinations, hand-computed cases, and a brute-force oracle.
 
-The oracle below is written independently of gpuvalues.mig: it walks the memory slots left
+The oracle below is written independently of gpuvalues.planners.mig: it walks the memory slots left
 to right and tries every (profile, allowed start) that begins at the slot, so it lists every
 set of non-overlapping instances; a multiset is feasible when some such set realises it.
 """
@@ -12,10 +12,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gpuvalues import catalog, mig
+from gpuvalues import catalog
 from gpuvalues.errors import GpuValuesError, MigLayoutError
+from gpuvalues.io import present
+from gpuvalues.planners import mig
 
 DATA = Path(__file__).parent / "data"
 OPERATOR = yaml.safe_load((DATA / "operator_mig_configs.yaml").read_text())
@@ -180,7 +183,7 @@ def test_picture_shows_slots_and_free():
 def test_svg_is_xml():
     import xml.etree.ElementTree as ET
     L = mig.enumerate_layouts("A100-80GB")[0]
-    root = ET.fromstring(mig.layouts_svg([("pool a", L)]))
+    root = ET.fromstring(present.layouts_svg([("pool a", L)]))
     assert root.tag.endswith("svg")
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuvalues import migparted
 from gpuvalues.errors import MigPartedConfigError
+from gpuvalues.planners import migparted
 
 CASES = yaml.safe_load((Path(__file__).parent / "data" / "mig_parted_spec_cases.yaml").read_text())
 

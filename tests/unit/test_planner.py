@@ -1,6 +1,6 @@
 """Planner: optimality against a brute-force oracle, hand-computed cases, bounds, baselines, errors.
 
-The oracle is independent of gpuvalues.mig and gpuvalues.planner: it lists feasible MIG layouts
+The oracle is independent of gpuvalues.planners.mig and gpuvalues.planners.milp: it lists feasible MIG layouts
 by walking memory slots (as in test_mig.py) and decides whether a set of GPUs can host the
 replicas with Hall's condition for the transportation problem (every subset S of models needs
 no more replicas than the instances usable by some model in S), trying GPU counts upward.
@@ -14,11 +14,13 @@ from collections import Counter
 from functools import lru_cache
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gpuvalues import catalog, migparted, sharing
+from gpuvalues import catalog
 from gpuvalues.errors import PlanError
-from gpuvalues.planner import ModelDemand, NodePool, plan, sharing_plan
+from gpuvalues.planners import deviceplugin, migparted
+from gpuvalues.planners.milp import ModelDemand, NodePool, plan, sharing_plan
 from tests.unit.oracles import replicas_oracle
 
 
@@ -210,7 +212,7 @@ def test_configs_realise_the_plan():
                 assigned[i.profile] += g.count
     assert built == assigned
     dp = p.device_plugin_configs["pool-a"]
-    sharing.validate_device_plugin_config(dp, mig_enabled=True)
+    deviceplugin.validate_device_plugin_config(dp, mig_enabled=True)
     assert dp["flags"]["migStrategy"] == "mixed"
     json.dumps(p.to_dict())
 
@@ -274,8 +276,10 @@ def test_cli_plan_json_and_svg(tmp_path, capsys):
     # 1g.10gb holds it and an A100 holds 7, so ceil(22 / 7) = 4 GPUs
     replicas = replicas_oracle(140 * 1.2, 10)
     assert replicas == 22
-    assert data["gpus_used"] == math.ceil(replicas / 7) == 4 and data["gap"] == 0
-    assert data["pools"][0]["gpu_groups"][0]["layout"] == "7x1g.10gb"
+    mig = data["mig"]
+    assert mig["gpus_used"] == math.ceil(replicas / 7) == 4 and mig["gap"] == 0
+    assert mig["pools"][0]["gpu_groups"][0]["layout"] == "7x1g.10gb"
+    assert data["workloads"][0]["resource"] == "nvidia.com/mig-1g.10gb"
     assert "<svg" in svg.read_text() and "1g.10gb" in svg.read_text()
     assert cli.main(["plan", str(spec)]) == 0
     out = capsys.readouterr().out
@@ -293,7 +297,7 @@ def test_cli_plan_bad_input_exit_2_no_file(tmp_path, capsys):
     assert not svg.exists()
     spec.write_text(SPEC.replace("memoryGB: 4", "memoryGB: 500"))
     assert cli.main(["plan", str(spec)]) == 2
-    assert "needs 500 GB" in capsys.readouterr().err
+    assert "needs 7 GPUs (465.66 GiB + 5% headroom)" in capsys.readouterr().err
 
 
 def test_whole_pool_on_mig_gpu_turns_mig_off():
@@ -304,3 +308,88 @@ def test_whole_pool_on_mig_gpu_turns_mig_off():
     assert entries == [{"devices": "all", "mig-enabled": False}]
     assert p.node_labels["h"] == {"nvidia.com/mig.config": "h", "nvidia.com/device-plugin.config": "h"}
     assert p.device_plugin_configs["h"] == {"version": "v1", "flags": {"migStrategy": "none"}}
+
+
+def test_plan_warns_when_placements_are_derived():
+    from gpuvalues.planners.milp import ModelDemand, NodePool, plan
+    demands = [ModelDemand("m", replicas=3)]
+    derived = plan(demands, [NodePool("h200", "H200-141GB", gpus_per_node=8, nodes=1)], baselines=False)
+    assert any("h200" in w and "placements are derived" in w for w in derived.warnings)
+    published = plan(demands, [NodePool("a100", "A100-80GB", gpus_per_node=8, nodes=1)], baselines=False)
+    assert not any("placements are derived" in w for w in published.warnings)
+
+
+# --- planner at scale (issue 17): per-pool infeasibility, LP rounding, shared time limit ---
+
+def test_pinned_pool_shortage_names_the_pool_not_the_fleet():
+    # 15 replicas of an 8 GB model pinned to a 2-GPU pool (7 per A100 -> 3 GPUs); the fleet holds 10
+    d = [ModelDemand("m", replicas=15, memory_gb=8, pools=("a",)), ModelDemand("n", replicas=3, memory_gb=8)]
+    with pytest.raises(PlanError) as exc:
+        plan(d, [NodePool("a", "A100-80GB", 2, 1), NodePool("b", "A100-80GB", 8, 1)])
+    msg = str(exc.value)
+    assert "pool 'a' (A100-80GB) needs at least 3 of its GPUs" in msg and "holds 2" in msg
+    assert "only run there: m" in msg and "Binding constraint: capacity of pool a" in msg
+    assert exc.value.field == "pools.a" and "hold 10" not in msg
+
+
+def test_integrality_named_when_the_lp_fits():
+    # two models, each half a 7g.80gb instance by throughput: the LP shares one GPU, integers cannot
+    d = [ModelDemand(n, throughput=1, throughput_per_instance={"7g.80gb": 2}) for n in ("A", "B")]
+    with pytest.raises(PlanError, match=r"LP relaxation does \(1.0 of 1 GPUs\): binding constraint: whole MIG "
+                                         r"instances per GPU \(integrality"):
+        plan(d, [NodePool("a", "A100-80GB", 1, 1)])
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_infeasibility_messages_never_contradict_themselves(seed):
+    import random
+    import re
+    rnd = random.Random(seed)
+    pools = [NodePool("a", "A100-80GB", rnd.choice([1, 2]), rnd.randint(1, 2)),
+             NodePool("h", "H100-80GB-SXM", rnd.choice([1, 2]), rnd.randint(1, 2))]
+    d = [ModelDemand(f"m{i}", replicas=rnd.randint(1, 20), memory_gb=rnd.choice([4, 8, 19, 35, 60]),
+                     pools=rnd.choice([None, ("a",), ("h",)])) for i in range(3)]
+    try:
+        plan(d, pools, baselines=False)
+    except PlanError as exc:
+        msg = str(exc)
+        found = re.findall(r"at least (\d+) (?:GPUs|of its GPUs)[^.]*? (?:hold|holds) (\d+)", msg)
+        assert found or "integrality" in msg, msg   # every message states its numbers
+        for need, have in found:
+            assert int(need) > int(have), msg
+
+
+def test_plan_is_never_worse_than_lp_rounding_even_at_a_tiny_time_limit():
+    from gpuvalues.planners import milp
+    import numpy as np
+    d = [ModelDemand(f"m{i}", replicas=5 + 3 * i, memory_gb=[4, 9, 19, 35][i % 4]) for i in range(12)]
+    pools = [NodePool("a", "A100-80GB", 8, 64), NodePool("h", "H100-80GB-SXM", 8, 64)]
+    model = milp._build(d, pools, "optimal")
+    _, info, sol, cols = milp._solve(model, d, [1.0, 1.0], integer=False)
+    rounded = milp._round_lp(model, d, sol, cols)
+    xs = np.array([c[0] == "x" for c in cols])
+    assert rounded is not None
+    p = plan(d, pools, baselines=False, time_limit=0.001)
+    assert p.gpus_used <= rounded[xs].sum()
+    assert p.gpus_used >= math.ceil(info.objective_function_value - 1e-6)   # and never below the LP bound
+
+
+def test_time_limit_is_shared_with_the_baselines():
+    import time
+    d = [ModelDemand(f"m{i}", replicas=5 + 3 * i, memory_gb=[4, 9, 19, 35][i % 4]) for i in range(12)]
+    pools = [NodePool("a", "A100-80GB", 8, 64), NodePool("h", "H100-80GB-SXM", 8, 64)]
+    t0 = time.perf_counter()
+    p = plan(d, pools, time_limit=0.05)
+    assert time.perf_counter() - t0 < 3.0   # three baselines of 30 s each before
+    assert len(p.baselines) == 3
+    assert any("time limit" in b.note for b in p.baselines)
+
+
+def test_rounding_is_a_valid_plan():
+    # the rounding alone (HiGHS given no time for the MIP) still serves every model within capacity
+    d = [ModelDemand(f"m{i}", replicas=3 + i, memory_gb=[4, 9, 19][i % 3]) for i in range(6)]
+    pools = [NodePool("a", "A100-80GB", 8, 4)]
+    p = plan(d, pools, baselines=False, time_limit=0.001)
+    for dd in d:
+        assert p.served[dd.name] >= dd.replicas
+    assert p.gpus_used <= 32 and sum(g.count for g in p.pools[0].gpu_groups) == p.gpus_used

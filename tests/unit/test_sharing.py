@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuvalues import catalog, sharing
+from gpuvalues import catalog
 from gpuvalues.errors import DevicePluginConfigError, GpuValuesError
+from gpuvalues.planners import deviceplugin
 
 CASES = yaml.safe_load((Path(__file__).parent / "data" / "device_plugin_config_cases.yaml").read_text())
 
@@ -29,27 +30,27 @@ def wrap(kind, value):
 def test_upstream_cases(kind, case):
     cfg = wrap(kind, case["input"])
     if case["valid"]:
-        sharing.validate_device_plugin_config(cfg)
+        deviceplugin.validate_device_plugin_config(cfg)
     else:
         with pytest.raises(DevicePluginConfigError) as exc:
-            sharing.validate_device_plugin_config(cfg)
+            deviceplugin.validate_device_plugin_config(cfg)
         assert exc.value.field  # the error names the field
 
 
 @pytest.mark.parametrize("case", CASES["device_refs"], ids=lambda c: c["input"])
 def test_device_ref_kind(case):
-    assert sharing.device_ref_kind(case["input"]) == case["kind"]
+    assert deviceplugin.device_ref_kind(case["input"]) == case["kind"]
 
 
 @pytest.mark.parametrize("case", CASES["patterns"], ids=lambda c: f"{c['pattern']}~{c['input']}")
 def test_resource_pattern_matches(case):
-    assert sharing.resource_pattern_matches(case["pattern"], case["input"]) is case["expected"]
+    assert deviceplugin.resource_pattern_matches(case["pattern"], case["input"]) is case["expected"]
 
 
 @pytest.mark.parametrize("case", CASES["mps_fail_requests_default"], ids=str)
 def test_mps_fail_requests_default(case):
-    sharing.validate_device_plugin_config(case["input"])
-    assert sharing.effective_fail_requests_greater_than_one(case["input"]) is case["expected"]
+    deviceplugin.validate_device_plugin_config(case["input"])
+    assert deviceplugin.effective_fail_requests_greater_than_one(case["input"]) is case["expected"]
 
 
 def _gpu_with_cc(cc):
@@ -60,14 +61,14 @@ def _gpu_with_cc(cc):
 def test_mps_max_clients(case):
     gpu = _gpu_with_cc(case["compute_capability"])
     if "max_clients" in case:
-        assert sharing.mps_max_clients(gpu) == case["max_clients"]
+        assert deviceplugin.mps_max_clients(gpu) == case["max_clients"]
         return
     cfg = {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": case["replicas"]}]}}}
     if case["valid"]:
-        sharing.validate_device_plugin_config(cfg, gpu=gpu)
+        deviceplugin.validate_device_plugin_config(cfg, gpu=gpu)
     else:
         with pytest.raises(DevicePluginConfigError, match="maximum allowed replicas exceeded") as exc:
-            sharing.validate_device_plugin_config(cfg, gpu=gpu)
+            deviceplugin.validate_device_plugin_config(cfg, gpu=gpu)
         assert exc.value.field == "sharing.mps.resources[0].replicas"
 
 
@@ -108,7 +109,7 @@ def edit(base, path, value):
 ])
 def test_rules(cfg, field, text):
     with pytest.raises(DevicePluginConfigError) as exc:
-        sharing.validate_device_plugin_config(cfg, source="dp.yaml")
+        deviceplugin.validate_device_plugin_config(cfg, source="dp.yaml")
     assert exc.value.field == field
     assert text in str(exc.value)
     assert str(exc.value).startswith("dp.yaml: ")
@@ -117,43 +118,43 @@ def test_rules(cfg, field, text):
 
 def test_longest_valid_resource_name():
     name = "nvidia.com/" + "a" * 52  # exactly 63
-    sharing.validate_device_plugin_config(edit(TS, ["sharing", "timeSlicing", "resources", 0, "name"], name))
-    assert sharing.normalize_resource_name("gpu") == "nvidia.com/gpu"
+    deviceplugin.validate_device_plugin_config(edit(TS, ["sharing", "timeSlicing", "resources", 0, "name"], name))
+    assert deviceplugin.normalize_resource_name("gpu") == "nvidia.com/gpu"
 
 
 def test_mps_on_mig_nodes_rejected():
     with pytest.raises(DevicePluginConfigError, match="not supported for MIG devices"):
-        sharing.validate_device_plugin_config(MPS, mig_enabled=True)
+        deviceplugin.validate_device_plugin_config(MPS, mig_enabled=True)
     with pytest.raises(DevicePluginConfigError, match="requires mpsRoot") as exc:
-        sharing.validate_device_plugin_config(MPS, mps_root_provided=False)
+        deviceplugin.validate_device_plugin_config(MPS, mps_root_provided=False)
     assert exc.value.field == "flags.mpsRoot"
-    sharing.validate_device_plugin_config(edit(MPS, ["flags"], {"mpsRoot": "/run/nvidia/mps"}), mps_root_provided=False)
+    deviceplugin.validate_device_plugin_config(edit(MPS, ["flags"], {"mpsRoot": "/run/nvidia/mps"}), mps_root_provided=False)
 
 
 def test_ignored_settings_are_warned():
     cfg = edit(TS, ["sharing", "timeSlicing", "resources", 0, "rename"], "gpu-shared")
     cfg["resources"] = {"gpus": [{"pattern": "*", "name": "gpu"}]}
-    warnings = sharing.validate_device_plugin_config(cfg)
+    warnings = deviceplugin.validate_device_plugin_config(cfg)
     assert any("rename" in w for w in warnings) and any(w.startswith("resources:") for w in warnings)
 
 
 def test_strategy_and_builder():
-    assert sharing.sharing_strategy(TS) == "time-slicing"
-    assert sharing.sharing_strategy(MPS) == "mps"
-    assert sharing.sharing_strategy({"version": "v1"}) == "none"
-    cfg = sharing.build_device_plugin_config(sharing="time-slicing", replicas=3)
+    assert deviceplugin.sharing_strategy(TS) == "time-slicing"
+    assert deviceplugin.sharing_strategy(MPS) == "mps"
+    assert deviceplugin.sharing_strategy({"version": "v1"}) == "none"
+    cfg = deviceplugin.build_device_plugin_config(sharing="time-slicing", replicas=3)
     assert cfg == {"version": "v1", "flags": {"migStrategy": "none"}, "sharing": {"timeSlicing": {
         "failRequestsGreaterThanOne": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 3}]}}}
-    mixed = sharing.build_device_plugin_config(mig_strategy="mixed")
+    mixed = deviceplugin.build_device_plugin_config(mig_strategy="mixed")
     assert mixed == {"version": "v1", "flags": {"migStrategy": "mixed"}}
     with pytest.raises(DevicePluginConfigError, match="mixed is not supported with MPS"):
-        sharing.build_device_plugin_config(mig_strategy="mixed", sharing="mps", replicas=2)
+        deviceplugin.build_device_plugin_config(mig_strategy="mixed", sharing="mps", replicas=2)
     with pytest.raises(DevicePluginConfigError, match="maximum allowed replicas"):
-        sharing.build_device_plugin_config(sharing="mps", replicas=17, gpu="V100-32GB")
+        deviceplugin.build_device_plugin_config(sharing="mps", replicas=17, gpu="V100-32GB")
 
 
 def test_mps_client_limits_hand_computed():
     # A100-80GB: 80 GiB = 81920 MiB; 4 clients -> 20480 MiB and 25 % threads each; 3 -> 27306 MiB, 33 %
-    assert sharing.mps_client_limits("A100-80GB", 4) == {"memory_limit_mib": 20480, "active_thread_percentage": 25}
-    assert sharing.mps_client_limits("A100-80GB", 3) == {"memory_limit_mib": 27306, "active_thread_percentage": 33}
-    assert sharing.mig_resource_name("1g.10gb+me") == "nvidia.com/mig-1g.10gb.me"
+    assert deviceplugin.mps_client_limits("A100-80GB", 4) == {"memory_limit_mib": 20480, "active_thread_percentage": 25}
+    assert deviceplugin.mps_client_limits("A100-80GB", 3) == {"memory_limit_mib": 27306, "active_thread_percentage": 33}
+    assert deviceplugin.mig_resource_name("1g.10gb+me") == "nvidia.com/mig-1g.10gb.me"

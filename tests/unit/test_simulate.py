@@ -1,4 +1,4 @@
-"""Trace replay (gpuvalues.simulate) and the `gpuvalues simulate` command.
+"""Trace replay (gpuvalues.planners.simulate) and the `gpuvalues simulate` command.
 
 Expectations are hand-derived: tiny traces whose every sync step can be followed on paper,
 the flap counter on hand-made event lists, and the seed's claim that needs measuring
@@ -10,12 +10,20 @@ import json
 import pytest
 import yaml
 
-from gpuvalues.autoscaling import recommended_behavior
 from gpuvalues.cli import main
 from gpuvalues.errors import CapacityError
-from gpuvalues.simulate import (
-    BUILTIN_TRACES, NO_STABILIZATION, SimConfig, SimMetric, count_flaps, load_behaviors, load_trace,
-    parse_metrics, parse_trace, plan_and_simulate, simulate,
+from gpuvalues.io.traces import load_behaviors, load_trace
+from gpuvalues.planners.autoscaling import recommended_behavior
+from gpuvalues.planners.simulate import (
+    BUILTIN_TRACES,
+    NO_STABILIZATION,
+    SimConfig,
+    SimMetric,
+    count_flaps,
+    parse_metrics,
+    parse_trace,
+    plan_and_simulate,
+    simulate,
 )
 
 # ---------------------------------------------------------------- traces

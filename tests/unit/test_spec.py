@@ -8,9 +8,10 @@ import json
 import pytest
 from jsonschema import Draft202012Validator
 
+from gpuvalues.checks.rules import SPEC_SCHEMA, ValidationFailed
+from gpuvalues.checks.spec import load_spec, spec_from_text
 from gpuvalues.errors import GpuValuesError, SpecError
-from gpuvalues.spec import Spec, load_spec, spec_from_text
-from gpuvalues.validate import SPEC_SCHEMA, ValidationFailed
+from gpuvalues.fleet.spec import Spec
 from tests.conftest import ROOT
 
 MINIMAL = """\
@@ -104,7 +105,7 @@ def test_one_of_is_explained_by_the_closest_alternative():
 
 def test_any_of_required_names_the_alternatives():
     text = MINIMAL.replace("    gpus: 1\n", "")
-    assert _errors(text) == ["s.yaml:9:5: workloads[0]: needs 'gpus' or 'memoryGB' [GV000]"]
+    assert _errors(text) == ["s.yaml:9:5: workloads[0]: needs 'gpus' or 'memoryGB' or 'memoryGiB' [GV000]"]
 
 
 def test_missing_required_and_wrong_api_version():

@@ -1,4 +1,4 @@
-"""gpuvalues.topology: parsing real `nvidia-smi topo -m` outputs, cliques, labels, GPU choice.
+"""gpuvalues.planners.topology: parsing real `nvidia-smi topo -m` outputs, cliques, labels, GPU choice.
 
 Fixtures in data/topo/*.txt are real outputs from public bug reports (source in each
 file's header). Expected values below were read off those files by hand. The GPU-choice
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuvalues.errors import GpuValuesError, TopologyParseError
-from gpuvalues.topology import Topology, allocate_best_effort, parse_topo_matrix
+from gpuvalues.planners.topology import Topology, allocate_best_effort, parse_topo_matrix
 
 DATA = Path(__file__).parent / "data" / "topo"
 FIXTURES = sorted(p.name for p in DATA.glob("*.txt"))

@@ -7,9 +7,9 @@ import os
 import pytest
 
 from gpuvalues import yamlio
+from gpuvalues.checks.rules import ValidationFailed
 from gpuvalues.errors import SpecError
-from gpuvalues.update import apply_updates, parse_path, parse_value, update_values
-from gpuvalues.validate import ValidationFailed
+from gpuvalues.io.update import apply_updates, parse_path, parse_value, update_values
 
 USER = """\
 # Production values for the llama release.

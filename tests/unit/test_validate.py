@@ -5,8 +5,17 @@ from __future__ import annotations
 import pytest
 
 from gpuvalues import yamlio
-from gpuvalues.validate import (CODES, Context, Finding, ValidationFailed, check_values,
-                                coalesce, errors_only, schema_findings, semantic_findings)
+from gpuvalues.checks.rules import (
+    CODES,
+    Context,
+    Finding,
+    ValidationFailed,
+    check_values,
+    coalesce,
+    errors_only,
+    schema_findings,
+    semantic_findings,
+)
 
 
 def codes(findings):
@@ -21,8 +30,10 @@ def loaded(text: str, name: str = "values.yaml"):
 
 def test_values_schema_is_valid_draft_2020_12():
     import json
+
     from jsonschema import Draft202012Validator
-    from gpuvalues.validate import VALUES_SCHEMA
+
+    from gpuvalues.checks.rules import VALUES_SCHEMA
     Draft202012Validator.check_schema(json.loads(VALUES_SCHEMA.read_text()))
 
 
@@ -73,7 +84,7 @@ def test_finding_format_and_codes_are_stable():
     f = Finding("GV004", "msg", "pdb.minAvailable", "v.yaml", 3, 5, hint="fix it")
     assert str(f) == "v.yaml:3:5: pdb.minAvailable: msg [GV004] (fix: fix it)"
     assert str(Finding("GV010", "m", "a", severity="warning")) == "a: warning: m [GV010]"
-    assert [f"GV{i:03d}" for i in range(14)] == list(CODES)
+    assert [f"GV{i:03d}" for i in range(20)] + ["GV100"] == list(CODES)
     err = ValidationFailed([Finding("GV001", "b", source="x", line=9),
                             Finding("GV002", "a", source="x", line=2)])
     assert str(err) == "x:2:1: (root): a [GV002] (and 1 more)"

@@ -41,7 +41,7 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 
 {{/* The adapter serves custom.metrics.k8s.io for the HPA; KEDA brings its own metrics server. */}}
 {{- define "gpu-inference.platform.adapterEnabled" -}}
-{{- if and .Values.platform.prometheusAdapter.enabled (ne .Values.autoscaling.engine "keda") }}true{{ end }}
+{{- if and .Values.platform.prometheusAdapter.enabled (or (not .Values.workload.enabled) (ne .Values.autoscaling.engine "keda")) }}true{{ end }}
 {{- end }}
 
 {{/* "true" when the cluster serves monitoring.coreos.com/v1 (the kind, or the group/version as
@@ -67,55 +67,6 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{- range $name, $cfg := .Values.platform.devicePlugin.config.map }}
 {{- $flags := default dict $cfg.flags }}
 {{- if and $flags.migStrategy (ne $flags.migStrategy "none") }}true{{ end }}
-{{- end }}
-{{- end }}
-
-{{/*
-Render-time checks the JSON schema cannot express. Included by every platform template
-that renders, so a bad value fails `helm template` whichever part is on.
-*/}}
-{{- define "gpu-inference.platform.validate" -}}
-{{- $p := .Values.platform -}}
-{{- $nodeParts := or (include "gpu-inference.platform.devicePluginEnabled" .) (include "gpu-inference.platform.gfdEnabled" .) (include "gpu-inference.platform.dcgmExporterEnabled" .) -}}
-{{- if and $nodeParts (eq .Release.Namespace "default") (not $p.allowDefaultNamespace) }}
-{{- fail "platform: the device plugin, GFD and DCGM exporter must not run in the `default` namespace: install with --namespace <ns> (or set platform.allowDefaultNamespace=true)" }}
-{{- end }}
-{{- if or (include "gpu-inference.platform.devicePluginEnabled" .) (include "gpu-inference.platform.gfdEnabled" .) }}
-{{- $cfg := $p.devicePlugin.config }}
-{{- if not $cfg.map }}
-{{- fail "platform.devicePlugin.config.map: needs at least one named config" }}
-{{- end }}
-{{- if $cfg.default }}
-{{- if not (hasKey $cfg.map $cfg.default) }}
-{{- fail (printf "platform.devicePlugin.config.default: %q is not a key of platform.devicePlugin.config.map (keys: %s)" $cfg.default (keys $cfg.map | sortAlpha | join ", ")) }}
-{{- end }}
-{{- else }}
-{{- /* Mirror config-manager's fallbacks: named needs a key "default", single exactly one key, empty always resolves. */}}
-{{- $ok := false }}
-{{- range $cfg.fallbackStrategies }}
-{{- if or (eq . "empty") (and (eq . "named") (hasKey $cfg.map "default")) (and (eq . "single") (eq (len $cfg.map) 1)) }}{{ $ok = true }}{{ end }}
-{{- end }}
-{{- if not $ok }}
-{{- fail "platform.devicePlugin.config.default is empty and no fallback strategy resolves a config: set it to a key of config.map" }}
-{{- end }}
-{{- end }}
-{{- range $name, $c := $cfg.map }}
-{{- $flags := default dict $c.flags }}
-{{- $sharing := default dict $c.sharing }}
-{{- if and $sharing.mps (eq (toString $flags.migStrategy) "mixed") }}
-{{- fail (printf "platform.devicePlugin.config.map.%s: MPS sharing is not supported with migStrategy mixed (the device plugin refuses it)" $name) }}
-{{- end }}
-{{- if and $sharing.mps $sharing.timeSlicing }}
-{{- fail (printf "platform.devicePlugin.config.map.%s: sharing.mps and sharing.timeSlicing are mutually exclusive (MPS would silently win)" $name) }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- if and (include "gpu-inference.platform.adapterEnabled" .) (include "gpu-inference.platform.dcgmExporterEnabled" .) (not $p.dcgmExporter.profiling) }}
-{{- range (include "gpu-inference.autoscaling.metrics" . | fromYamlArray) }}
-{{- if hasPrefix "DCGM_FI_PROF_" .name }}
-{{- fail (printf "autoscaling.metrics: %s is a profiling (DCP) field but platform.dcgmExporter.profiling is false: enable profiling or scale on another metric" .name) }}
-{{- end }}
-{{- end }}
 {{- end }}
 {{- end }}
 
@@ -182,22 +133,33 @@ Args: dict root, name, oneshot (bool), process.
       mountPath: /available-configs
     - name: config
       mountPath: /config
-  {{- with .securityContext }}
+  {{- /* It only reads its node's label from the API and links a file in the emptyDir, so no
+         capability: upstream's chart already runs it with ALL dropped (as the sidecar of a
+         non-MIG device plugin, deployments/helm/nvidia-device-plugin templates/
+         daemonset-device-plugin.yml). Signalling the root plugin needs no capability as root. */}}
   securityContext:
+    allowPrivilegeEscalation: false
+    capabilities:
+      drop: ["ALL"]
+  {{- with $dp.sidecarResources }}
+  resources:
     {{- toYaml . | nindent 4 }}
   {{- end }}
 {{- end }}
 
-{{/* Device plugin container securityContext, as upstream: SYS_ADMIN only when a config uses MIG. */}}
+{{/*
+Device plugin container securityContext: ALL capabilities dropped and no escalation, as
+upstream runs it without MIG (nvidia-device-plugin.securityContext in its _helpers.tpl); with
+a MIG config it needs SYS_ADMIN (NVML MIG handles), added back alone, the pattern upstream's
+dcgm-exporter chart uses for the same capability (deployment/values.yaml securityContext).
+*/}}
 {{- define "gpu-inference.platform.devicePluginSecurityContext" -}}
-{{- if include "gpu-inference.platform.anyMig" . }}
-capabilities:
-  add: ["SYS_ADMIN"]
-{{- else }}
 allowPrivilegeEscalation: false
 capabilities:
   drop: ["ALL"]
-{{- end }}
+  {{- if include "gpu-inference.platform.anyMig" . }}
+  add: ["SYS_ADMIN"]
+  {{- end }}
 {{- end }}
 
 {{/* The DCGM exporter's counters CSV: defaults + fields the alerts/autoscaling need + extra, deduplicated by field; PROF_* only with profiling. */}}
@@ -229,8 +191,9 @@ capabilities:
 {{- end }}
 
 {{/*
-prometheus-adapter rules, one per-pod rule per effective scaling metric
-(gpu-inference.autoscaling.metrics). DCGM series name their pod with exported_* labels when
+prometheus-adapter rules, one per-pod rule per effective scaling metric of this release
+(gpu-inference.autoscaling.metrics, when workload.enabled) and of the other releases it
+serves (platform.prometheusAdapter.metrics: a fleet's platform release lists every workload's). DCGM series name their pod with exported_* labels when
 platform.prometheusAdapter.exporterLabels is `exported` (ServiceMonitor honorLabels false);
 the servers' own series are scraped from their pods and always use pod/namespace.
 */}}
@@ -238,7 +201,11 @@ the servers' own series are scraped from their pods and always use pod/namespace
 {{- $ad := .Values.platform.prometheusAdapter -}}
 {{- $rules := list -}}
 {{- $seen := dict -}}
-{{- range $m := (include "gpu-inference.autoscaling.metrics" . | fromYamlArray) }}
+{{- $metrics := $ad.metrics }}
+{{- if .Values.workload.enabled }}
+{{- $metrics = concat (include "gpu-inference.autoscaling.metrics" . | fromYamlArray) $ad.metrics }}
+{{- end }}
+{{- range $m := $metrics }}
 {{- $series := $m.name }}
 {{- if not (hasKey $seen $series) }}
 {{- $_ := set $seen $series true }}
@@ -286,4 +253,47 @@ runbook_url: {{ printf "%s#%s" .base (lower .alert) | quote }}
 {{- range $name, $cfg := .Values.platform.devicePlugin.config.map }}
 {{- if and $cfg.sharing $cfg.sharing.mps }}true{{ end }}
 {{- end }}
+{{- end }}
+
+{{/*
+The header every node DaemonSet shares, from `apiVersion` down to the pod spec's placement
+(the caller continues with initContainers/containers at pod-spec indentation, 6 spaces).
+Args: dict root, component, serviceAccount (component whose ServiceAccount the pods use),
+annotations (pod template annotations, e.g. config checksums), shareProcessNamespace
+(config-manager signals the main process), podSpec (extra pod spec fields, e.g. nodeSelector).
+*/}}
+{{- define "gpu-inference.platform.daemonSetHeader" -}}
+{{- $ctx := dict "root" .root "component" .component -}}
+{{- $sa := dict "root" .root "component" (default .component .serviceAccount) -}}
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: {{ include "gpu-inference.platform.fullname" $ctx }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "gpu-inference.platform.labels" $ctx | nindent 4 }}
+spec:
+  selector:
+    matchLabels:
+      {{- include "gpu-inference.platform.selectorLabels" $ctx | nindent 6 }}
+  updateStrategy:
+    type: RollingUpdate
+  template:
+    metadata:
+      labels:
+        {{- include "gpu-inference.platform.selectorLabels" $ctx | nindent 8 }}
+      {{- with .annotations }}
+      annotations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+    spec:
+      priorityClassName: {{ .root.Values.platform.devicePlugin.priorityClassName }}
+      serviceAccountName: {{ include "gpu-inference.platform.fullname" $sa }}
+      {{- if .shareProcessNamespace }}
+      shareProcessNamespace: true
+      {{- end }}
+      {{- with .podSpec }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
+      {{- include "gpu-inference.platform.nodePlacement" .root | nindent 6 }}
 {{- end }}

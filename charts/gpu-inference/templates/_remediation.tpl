@@ -1,0 +1,25 @@
+{{/*
+Remediation controller helpers (`gpuvalues remediate`, docs/self-healing.md). Defines are
+namespaced `gpu-inference.remediation.*`; objects reuse the platform labels with the
+component `remediation`.
+*/}}
+
+{{/* "true" when platform.remediation is on. */}}
+{{- define "gpu-inference.remediation.enabled" -}}
+{{- if .Values.platform.remediation.enabled }}true{{ end }}
+{{- end }}
+
+{{/* The controller's config file (gpuvalues/operations/controller.py load_config keys). */}}
+{{- define "gpu-inference.remediation.config" -}}
+{{- $r := .Values.platform.remediation -}}
+{{- $cfg := dict "prometheusUrl" $r.prometheusUrl "syncPeriodSeconds" $r.syncPeriodSeconds "dryRun" $r.dryRun
+    "metricsAddress" (printf "0.0.0.0:%d" (int $r.metricsPort)) "leaseNamespace" .Release.Namespace
+    "leaseName" (include "gpu-inference.platform.fullname" (dict "root" . "component" "remediation"))
+    "leaseDurationSeconds" $r.leaseDurationSeconds "suspectForSeconds" $r.suspectForSeconds
+    "holdDownSeconds" $r.holdDownSeconds "drain" $r.drain "resetLabel" $r.resetLabel
+    "breakerMaxNodes" $r.breakerMaxNodes "breakerMaxPercent" $r.breakerMaxPercent
+    "maxNewQuarantinesPerSync" $r.maxNewQuarantinesPerSync "evictionsPerMinute" $r.evictionsPerMinute
+    "criticalXids" $r.criticalXids "window" $r.window "nodeLabel" $r.nodeLabel "conditions" $r.conditions
+    "ignoredTaints" $r.ignoredTaints "signals" $r.signals -}}
+{{- toYaml $cfg }}
+{{- end }}

@@ -1,0 +1,201 @@
+{{/*
+Serving helpers: scale to zero, the inference gateway (InferencePool + endpoint picker),
+model sources and LoRA adapters. Every define is namespaced `gpu-inference.`.
+*/}}
+
+{{/* Name of the endpoint picker's objects (Deployment, Service, ServiceAccount, RBAC, ConfigMap). */}}
+{{- define "gpu-inference.epp.fullname" -}}
+{{- printf "%s-epp" (include "gpu-inference.fullname" . | trunc 59 | trimSuffix "-") }}
+{{- end }}
+
+{{/* The EPP's selector: component endpoint-picker, so neither the server's Service nor the
+     InferencePool (both select component inference) ever select the picker's pods. */}}
+{{- define "gpu-inference.epp.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpu-inference.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: endpoint-picker
+{{- end }}
+
+{{- define "gpu-inference.epp.labels" -}}
+{{ include "gpu-inference.baseLabels" . }}
+app.kubernetes.io/component: endpoint-picker
+{{- end }}
+
+{{- define "gpu-inference.model.labels" -}}
+{{ include "gpu-inference.baseLabels" . }}
+app.kubernetes.io/component: model-cache
+{{- end }}
+
+{{/* True when the server scales to zero (an autoscaler with minReplicas 0). */}}
+{{- define "gpu-inference.scaleToZero" -}}
+{{- if and (ne .Values.autoscaling.engine "none") (eq (int .Values.autoscaling.minReplicas) 0) }}true{{- end }}
+{{- end }}
+
+{{/* Is the EPP's flow control on? gateway.flowControl, default: on when scaling to zero, so
+     the picker holds requests while the first replica cold-starts instead of failing them
+     (GAIE v1.5.0 site-src/guides/flow-control.md "Autoscaling: KEDA and Scale-to-Zero"). */}}
+{{- define "gpu-inference.gateway.flowControl" -}}
+{{- $fc := .Values.gateway.flowControl }}
+{{- if kindIs "invalid" $fc }}{{- include "gpu-inference.scaleToZero" . }}{{- else if $fc }}true{{- end }}
+{{- end }}
+
+{{/*
+KEDA cooldownPeriod: the value, or when null max(300, server.modelLoadTimeoutSeconds) for a
+workload that scales to zero. Keeping an idle replica as long as a cold start takes is the
+ski-rental rule (never pay more than twice the optimum). 300 is KEDA's own default.
+*/}}
+{{- define "gpu-inference.keda.cooldown" -}}
+{{- $c := .Values.autoscaling.keda.cooldownPeriod }}
+{{- if not (kindIs "invalid" $c) }}{{- int $c }}
+{{- else if include "gpu-inference.scaleToZero" . }}{{- max 300 (int .Values.server.modelLoadTimeoutSeconds) }}
+{{- else }}300{{- end }}
+{{- end }}
+
+{{/*
+The activation query of a scaled-to-zero workload: autoscaling.keda.activationQuery, or with
+the gateway on the EPP flow-control queue of this pool (requests held while no replica
+runs; metric inference_extension_flow_control_queue_size, label inference_pool). Empty when
+neither: the server's own metrics do not exist at zero replicas.
+*/}}
+{{- define "gpu-inference.keda.activationQuery" -}}
+{{- if .Values.autoscaling.keda.activationQuery }}{{- .Values.autoscaling.keda.activationQuery }}
+{{- else if and .Values.gateway.enabled (include "gpu-inference.gateway.flowControl" .) }}
+{{- printf "sum(inference_extension_flow_control_queue_size{namespace=%q,inference_pool=%q})" .Release.Namespace (include "gpu-inference.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/* Name of the model cache claim (source=pvc). */}}
+{{- define "gpu-inference.model.claimName" -}}
+{{- if .Values.model.pvc.claimName }}{{- .Values.model.pvc.claimName }}
+{{- else }}{{- printf "%s-model" (include "gpu-inference.fullname" . | trunc 57 | trimSuffix "-") }}{{- end }}
+{{- end }}
+
+{{/*
+Storage for the weights, in whole Gi, from model.sizeGB: 1.25x the weights (GB -> GiB is
+x0.93; the rest is room for the hub's temporary files during a download), at least 1 Gi.
+Empty when model.sizeGB is unset.
+*/}}
+{{- define "gpu-inference.model.storageGi" -}}
+{{- with .Values.model.sizeGB }}{{- max 1 (ceil (mulf . 1.25) | int) }}{{- end }}
+{{- end }}
+
+{{/* Size of the created cache PVC: model.pvc.size, else derived from model.sizeGB. */}}
+{{- define "gpu-inference.model.pvcSize" -}}
+{{- if not (kindIs "invalid" .Values.model.pvc.size) }}{{- .Values.model.pvc.size }}
+{{- else }}{{- printf "%sGi" (include "gpu-inference.model.storageGi" .) }}{{- end }}
+{{- end }}
+
+{{/* sizeLimit of the model emptyDir (download, emptyDir, init): derived when model.sizeGB is set. */}}
+{{- define "gpu-inference.model.emptyDirSize" -}}
+{{- $gi := include "gpu-inference.model.storageGi" . }}
+{{- if $gi }}{{- printf "%sGi" $gi }}{{- else }}{{- .Values.model.emptyDir.sizeLimit }}{{- end }}
+{{- end }}
+
+{{/*
+Ephemeral storage the pod needs, in Gi, when model.sizeGB is set: the kubelet evicts a pod
+whose containers' writable layers plus its disk-backed emptyDirs exceed the sum of its
+containers' ephemeral-storage limits (kubelet eviction manager, localStorageEviction). So the
+limit covers the model emptyDir (download/emptyDir/init), the 8Gi cache and 1Gi tmp
+emptyDirs and 2Gi for logs and the writable layer. Empty when sizeGB is unset.
+*/}}
+{{- define "gpu-inference.model.ephemeralGi" -}}
+{{- if .Values.model.sizeGB }}
+{{- $model := 0 }}
+{{- if has .Values.model.source (list "emptyDir" "download" "init") }}{{- $model = include "gpu-inference.model.storageGi" . | int }}{{- end }}
+{{- add $model 8 1 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The vLLM flags of the LoRA adapters (vllm/engine/arg_utils.py and
+     vllm/entrypoints/common/cli_args.py of vLLM 0.33.0): one --lora-modules with name=path
+     items (its action replaces, so it is given once), --max-loras, --max-lora-rank. */}}
+{{- define "gpu-inference.lora.args" -}}
+{{- $l := .Values.lora }}
+{{- if or $l.adapters $l.runtimeUpdates }}
+- --enable-lora
+- {{ printf "--max-loras=%d" (int $l.maxLoras) | quote }}
+- {{ printf "--max-lora-rank=%d" (int $l.maxLoraRank) | quote }}
+{{- with $l.adapters }}
+- --lora-modules
+{{- range . }}
+- {{ printf "%s=%s" .name .source | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Environment of the serving features: runtime LoRA loading, the streamer's endpoint. */}}
+{{- define "gpu-inference.serving.env" -}}
+{{- if .Values.lora.runtimeUpdates }}
+- name: VLLM_ALLOW_RUNTIME_LORA_UPDATING
+  value: "True"
+{{- end }}
+{{- if and (eq .Values.model.source "streamer") .Values.model.streamer.endpoint }}
+{{- /* runai_streamer_loader.py copies AWS_ENDPOINT_URL to RUNAI_STREAMER_S3_ENDPOINT */}}
+- name: AWS_ENDPOINT_URL
+  value: {{ .Values.model.streamer.endpoint | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+Render-time checks of the serving features (cross-field rules JSON Schema cannot express).
+Included from templates/serving-validate.yaml, so every render runs them.
+*/}}
+{{- define "gpu-inference.serving.validate" -}}
+{{- $v := .Values }}
+{{- $a := $v.autoscaling }}
+{{- $src := $v.model.source }}
+{{- /* Scale to zero */ -}}
+{{- if and (eq $a.engine "hpa") (eq (int $a.minReplicas) 0) }}
+{{- if not $a.hpaScaleToZero }}
+{{- fail "autoscaling.minReplicas=0 with engine=hpa needs the alpha HPAScaleToZero feature gate on kube-apiserver and kube-controller-manager (off by default): set autoscaling.hpaScaleToZero=true if the cluster enables it, or use autoscaling.engine=keda" }}
+{{- end }}
+{{- if not $a.externalMetric.name }}
+{{- fail "autoscaling.externalMetric: an HPA with minReplicas 0 needs an External metric that exists without server pods (the API server refuses Pods metrics only: pkg/apis/autoscaling/validation/validation.go); set autoscaling.externalMetric {name, target}, or use autoscaling.engine=keda" }}
+{{- end }}
+{{- end }}
+{{- if and (eq $a.engine "keda") (eq (int $a.minReplicas) 0) (not (include "gpu-inference.keda.activationQuery" .)) }}
+{{- fail "autoscaling.keda.activationQuery: with minReplicas 0 no server pod exists to report its queue, so KEDA could never scale up from zero; set autoscaling.keda.activationQuery (a PromQL query that rises while requests wait), or gateway.enabled=true (the EPP's flow-control queue is used)" }}
+{{- end }}
+{{- if and (include "gpu-inference.scaleToZero" .) $v.pdb.enabled (not (kindIs "invalid" $v.pdb.minAvailable)) }}
+{{- fail "pdb.minAvailable with autoscaling.minReplicas=0: a minAvailable budget blocks the drain of a lone replica; use pdb.maxUnavailable=1 (set pdb.minAvailable=null), which allows every eviction at 0 or 1 replicas" }}
+{{- end }}
+{{- /* Model sources */ -}}
+{{- if and (eq $src "image") (semverCompare "<1.33.0-0" .Capabilities.KubeVersion.Version) }}
+{{- fail (printf "model.source=image needs Kubernetes >= 1.33 (the `image` volume source, ImageVolume beta; on by default from 1.35), but the target cluster is %s: use model.source=pvc or download, or upgrade the cluster" .Capabilities.KubeVersion.Version) }}
+{{- end }}
+{{- if and (eq $src "image") (not $v.model.image.reference) }}
+{{- fail "model.image.reference: model.source=image needs the OCI image holding the weights (pinned tag or digest)" }}
+{{- end }}
+{{- if and (eq $src "image") (hasSuffix ":latest" $v.model.image.reference) }}
+{{- fail "model.image.reference: latest is not allowed (it changes under you and breaks rollbacks): pin a version tag or a digest" }}
+{{- end }}
+{{- if eq $src "streamer" }}
+{{- if ne $v.server.type "vllm" }}
+{{- fail (printf "model.source=streamer is vLLM's --load-format runai_streamer, but server.type=%s: use model.source=pvc, image or download" $v.server.type) }}
+{{- end }}
+{{- if not $v.model.streamer.uri }}
+{{- fail "model.streamer.uri: model.source=streamer needs the object storage URI of the weights (s3://bucket/path, gs://..., az://...)" }}
+{{- end }}
+{{- end }}
+{{- if and (eq $src "pvc") $v.model.pvc.create (not (include "gpu-inference.model.storageGi" .)) (kindIs "invalid" $v.model.pvc.size) }}
+{{- fail "model.sizeGB: model.pvc.create needs the size of the weights (model.sizeGB) or an explicit model.pvc.size" }}
+{{- end }}
+{{- if and (eq $src "pvc") $v.model.pvc.create (ne $v.server.type "vllm") (not $v.model.pvc.fillCommand) }}
+{{- fail "model.pvc.fillCommand: the default fill Job downloads with the vLLM image's huggingface_hub; with server.type triton or custom set the command that writes the model repository into the claim" }}
+{{- end }}
+{{- /* LoRA */ -}}
+{{- if and (or $v.lora.adapters $v.lora.runtimeUpdates) (ne $v.server.type "vllm") }}
+{{- fail (printf "lora: LoRA adapters are configured for vLLM (--enable-lora, --lora-modules), but server.type=%s: remove lora.adapters / lora.runtimeUpdates or use server.type=vllm" $v.server.type) }}
+{{- end }}
+{{- $seen := dict }}
+{{- range $v.lora.adapters }}
+{{- if hasKey $seen .name }}{{- fail (printf "lora.adapters: the name %s is used twice: each adapter is served (and routed) under its own name" .name) }}{{- end }}
+{{- if eq .name $v.model.name }}{{- fail (printf "lora.adapters: %s is also model.name: an adapter needs a served name of its own" .name) }}{{- end }}
+{{- $_ := set $seen .name true }}
+{{- end }}
+{{- /* Gateway */ -}}
+{{- if and $v.gateway.enabled (ne $v.server.type "vllm") }}
+{{- fail (printf "gateway.enabled: the endpoint picker is configured for vLLM's metrics (vllm:num_requests_waiting, vllm:kv_cache_usage_perc, vllm:lora_requests_info), but server.type=%s: route through the Service, or use server.type=vllm" $v.server.type) }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,1 @@
+"""Checks: JSON Schemas, findings and the semantic rules over specs, values and fleets."""

@@ -1,0 +1,150 @@
+"""Checks of a whole fleet, every finding in one run.
+
+`check_fleet(fleet)` adds to the fleet's own findings (placement, pool capacity):
+- each release's values against the chart's schema (with the chart defaults, as Helm
+  checks them) and the semantic rules, placed at the spec line that caused them;
+- every HPA metric of every workload served by a rule of the fleet's one Prometheus
+  adapter (KEDA queries Prometheus itself), so no autoscaler silently gets no data;
+- every resource a workload's pods request offered by a node group of its pool (on the
+  nodes as `gpuvalues.fleet.expected_nodes` predicts them);
+- release names unique.
+`build_checked(spec)` is the fleet `values` and `render` use: checked, or
+`ValidationFailed` with every error.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from gpuvalues import yamlio
+from gpuvalues.checks.rules import Context, check_values, semantic_findings
+from gpuvalues.errors import Finding, ValidationFailed, errors_only
+from gpuvalues.fleet import Fleet, Release, build_fleet, expected_nodes
+from gpuvalues.fleet.spec import Spec
+
+__all__ = ["check_fleet", "build_checked", "served_metric_names"]
+
+# Spec paths that findings about generated values point at, by values path.
+_SPEC_PATH = {"autoscaling.maxReplicas": ("autoscaling", "maxReplicas"),
+              "autoscaling.minReplicas": ("autoscaling", "minReplicas"),
+              "autoscaling.metrics": ("autoscaling", "metric")}
+
+
+def _at(spec: Spec, release: Release, values_path: str) -> tuple:
+    if release.is_platform:
+        return ("platform",) if spec.loaded and ("platform",) in spec.loaded.positions else ()
+    at = _SPEC_PATH.get(values_path.split("[")[0])
+    wi = [w.name for w in spec.workloads].index(release.workload)
+    if at is None or spec.loaded is None or at not in spec.loaded.positions:
+        at = ("workloads", wi)
+    return at
+
+
+def _placed(spec: Spec, release: Release, findings: list[Finding]) -> list[Finding]:
+    """Findings about generated values, placed at the spec line that caused them."""
+    out = []
+    for f in findings:
+        at = _at(spec, release, f.path)
+        source, line, col = spec.position(*at)
+        out.append(replace(f, source=source, line=line, column=col,
+                           path=f"{yamlio.format_path(at)} -> {release.name} values {f.path}"))
+    return out
+
+
+def release_findings(spec: Spec, release: Release) -> list[Finding]:
+    """The chart schema and the semantic rules on one release's values."""
+    source = f"<values of release {release.name}>"
+    loaded = yamlio.Loaded(dict(release.values), source, "", {(): (1, 1)}, {}, ())
+    found = [replace(f, line=None, column=None) for f in check_values(loaded)]
+    if not release.is_platform:
+        found += semantic_findings(dict(release.values), ctx=Context(**release.facts),
+                                   source=source)
+    return _placed(spec, release, found)
+
+
+def served_metric_names(platform: Release) -> set[str]:
+    """Metric names (as the HPA asks for them) the platform release's adapter serves:
+    the chart's rule naming, `name.as` = the series with ':' replaced by '_' unless an
+    hpaName is given (templates/_platform.tpl `gpu-inference.platform.adapterRules`;
+    tests/oracle checks the names with prometheus-adapter's own config loader)."""
+    ad = platform.values.get("platform", {}).get("prometheusAdapter", {})
+    if not ad.get("enabled"):
+        return set()
+    return {m.get("hpaName") or m["name"].replace(":", "_") for m in ad.get("metrics", [])}
+
+
+def _metric_findings(spec: Spec, fleet: Fleet) -> list[Finding]:
+    served = served_metric_names(fleet.platform)
+    out = []
+    for r in fleet.workloads:
+        a = r.values.get("autoscaling", {})
+        if a.get("engine") != "hpa":
+            continue
+        missing = [m["name"] for m in a.get("metrics", [])
+                   if m["name"].replace(":", "_") not in served]
+        if missing:
+            wi = [w.name for w in spec.workloads].index(r.workload)
+            source, line, col = spec.position("workloads", wi)
+            why = ("the spec turns the adapter off (platform.prometheusAdapter: false)"
+                   if not spec.platform.prometheus_adapter else "no adapter rule serves it")
+            out.append(Finding("GV016", f"the HPA of {r.workload} scales on {', '.join(missing)}, "
+                               f"but {why}: it would get no data", f"workloads[{wi}]", source,
+                               line, col))
+    return out
+
+
+def _resource_findings(spec: Spec, fleet: Fleet) -> list[Finding]:
+    """Every requested resource is offered by some node of the workload's pool."""
+    if fleet.layout is None:
+        return []
+    offered: dict[str, set] = {}
+    for node in expected_nodes(fleet).nodes:
+        pool = next(g.pool for g in fleet.layout.node_groups if node.name.startswith(g.name + "-"))
+        offered.setdefault(pool, set()).update(k for k, v in node.allocatable.items() if v)
+    out = []
+    for p in fleet.placements:
+        if p.mode == "dra" or p.workload not in [r.workload for r in fleet.workloads] \
+                or not fleet.layout.units.get(p.workload):
+            continue              # no release, or no room at all: already a finding
+        if p.resource not in offered.get(p.pool.name, set()):
+            wi = [w.name for w in spec.workloads].index(p.workload)
+            source, line, col = spec.position("workloads", wi)
+            out.append(Finding("GV017", f"{p.workload} requests {p.resource}, but no node of pool "
+                               f"{p.pool.name} offers it", f"workloads[{wi}]", source, line, col))
+    return out
+
+
+def _name_findings(spec: Spec, fleet: Fleet) -> list[Finding]:
+    out = []
+    seen: dict[tuple, str] = {}
+    for r in fleet.releases:
+        key = (r.name,)
+        if key in seen:
+            at: Any = ("workloads", [w.name for w in spec.workloads].index(r.workload), "name") \
+                if r.workload else ("platform",)
+            source, line, col = spec.position(*at)
+            out.append(Finding("GV018", f"release name {r.name!r} is used twice ({seen[key]} and "
+                               f"{r.workload or 'the platform release'})",
+                               yamlio.format_path(at), source, line, col))
+        seen.setdefault(key, r.workload or "the platform release")
+    return out
+
+
+def check_fleet(fleet: Fleet) -> Fleet:
+    """`fleet` with every check's findings added (sorted by position)."""
+    spec = fleet.spec
+    found = list(fleet.findings)
+    for r in fleet.releases:
+        found += release_findings(spec, r)
+    found += _metric_findings(spec, fleet) + _resource_findings(spec, fleet) + \
+        _name_findings(spec, fleet)
+    return replace(fleet, findings=tuple(sorted(found, key=Finding.sort_key)))
+
+
+def build_checked(spec: Spec, **kw: Any) -> Fleet:
+    """The checked fleet of `spec`, or `ValidationFailed` carrying every error."""
+    fleet = check_fleet(build_fleet(spec, **kw))
+    errors = errors_only(fleet.findings)
+    if errors:
+        raise ValidationFailed(errors)
+    return fleet

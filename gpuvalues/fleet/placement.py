@@ -1,0 +1,211 @@
+"""Placement: for each workload, the pool it runs on and how its replicas get GPUs.
+
+`place(spec, index)` makes the sharing decision for one workload: a pool (its
+`nodePool`, else the first that can host it) and a GPU mode with exactly the resource
+the chart will request per pod -- whole GPUs (tensor parallel included), one MIG
+profile, a time-slicing/MPS replica, or DRA devices. Memory is fitted in GiB against
+what `nvidia-smi` reports as usable (`MigProfile.memory_gib`, `GpuModel.memory_gib`),
+with the spec's `memoryHeadroom` kept free, never against the GB in a profile's name.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from gpuvalues import catalog, yamlio
+from gpuvalues.catalog import GpuModel, MigProfile
+from gpuvalues.errors import CatalogError, PlanError, SpecError
+from gpuvalues.fleet.spec import NodePool, Spec, Workload
+from gpuvalues.planners import deviceplugin, mig
+
+__all__ = ["Placement", "place", "usable_gib", "spec_error"]
+
+# Resources a pod requests, per chart gpu.mode (the device plugin's names; shared
+# replicas are renamed, k8s-device-plugin api/config/v1 `renameByDefault`).
+WHOLE_RESOURCE = "nvidia.com/gpu"
+SHARED_RESOURCE = "nvidia.com/gpu.shared"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How one workload's replicas get GPUs: on `pool`, `count` x `resource` per pod.
+
+    `mode` is the chart's gpu.mode (whole | mig | shared | dra); `sharing` the spec's
+    mode after `auto` (whole | mig | time-slicing | mps | dra); `units_per_gpu` how many
+    pods' worth of the resource one GPU gives (MIG instances of the profile, shared
+    replicas; 1 for whole GPUs). `why` says why, for the values file's comments.
+    """
+
+    workload: str
+    pool: NodePool
+    gpu: GpuModel
+    mode: str
+    count: int
+    sharing: str
+    mig_profile: str | None = None
+    replicas_per_gpu: int | None = None
+    units_per_gpu: int = 1
+    renamed: bool = True              # shared: advertised as nvidia.com/gpu.shared
+    why: str = ""
+
+    @property
+    def resource(self) -> str:
+        """The extended resource each pod requests (`dra`: devices through a claim)."""
+        if self.mode == "mig":
+            return catalog.mig_resource_name(self.mig_profile)
+        if self.mode == "shared":
+            return SHARED_RESOURCE if self.renamed else WHOLE_RESOURCE
+        return WHOLE_RESOURCE
+
+    @property
+    def whole_gpus(self) -> bool:
+        """True when each pod takes whole GPUs (whole or DRA)."""
+        return self.mode in ("whole", "dra")
+
+
+def spec_error(exc_type, message: str, spec: Spec, *path: Any, code: str | None = None):
+    """An error of `exc_type` placed at `path` in the spec."""
+    source, line, col = spec.position(*path)
+    return exc_type(message, source=source, line=line, column=col,
+                    field=yamlio.format_path(path), code=code)
+
+
+def usable_gib(item: MigProfile | GpuModel) -> float:
+    """Usable memory in GiB as nvidia-smi reports it (less than the name's GB)."""
+    return item.memory_gib
+
+
+def _need_gib(spec: Spec, w: Workload) -> float | None:
+    return None if w.memory_gib is None else w.memory_gib * (1 + spec.memory_headroom)
+
+
+def _gpu(spec: Spec, pool: NodePool) -> GpuModel:
+    try:
+        return catalog.get_gpu(pool.gpu)
+    except CatalogError as exc:
+        raise spec_error(CatalogError, exc.message, spec, "cluster", "nodePools",
+                         spec.node_pools.index(pool), "gpu") from None
+
+
+def _whole_gpus(need: float | None, w: Workload, gpu: GpuModel) -> int:
+    count = w.gpus_per_replica
+    if need:
+        count = max(count, math.ceil(need / usable_gib(gpu)))
+    return count
+
+
+def _smallest_profile(gpu: GpuModel, need: float) -> MigProfile | None:
+    """The smallest base MIG profile with at least `need` GiB usable (None if only the
+    whole GPU holds it)."""
+    fits = [p for p in gpu.profiles if p.is_base and usable_gib(p) >= need
+            and p.memory_slices < gpu.mig.memory_slices]
+    return min(fits, key=lambda p: (p.memory_slices, p.compute_slices, usable_gib(p)), default=None)
+
+
+def _gib(x: float) -> str:
+    return f"{x:.2f} GiB"
+
+
+def place(spec: Spec, wi: int) -> Placement:
+    """The placement of workload `wi`, or a `PlanError` placed at the workload that says
+    why no pool can host it (each pool's reason)."""
+    w = spec.workloads[wi]
+    sharing = spec.sharing_for(w)
+    at = ("workloads", wi)
+    sharing_at = ("workloads", wi, "sharing") if w.sharing else ("sharing",)
+    need = _need_gib(spec, w)
+    headroom = f" + {spec.memory_headroom:.0%} headroom" if spec.memory_headroom else ""
+    asked = f"{_gib(w.memory_gib)}{headroom}" if need else ""     # for messages
+    problems: list[tuple[str, str]] = []        # (code, why not this pool)
+    for pool in spec.pools_for(w):
+        gpu = _gpu(spec, pool)
+        whole = _whole_gpus(need, w, gpu)
+        single = whole == 1 and w.tensor_parallel == 1 and (w.gpus or 1) == 1
+        mode = sharing.mode
+        if mode == "auto":
+            if not single:
+                mode = "whole"
+            elif pool.mig and gpu.mig_capable and need and _smallest_profile(gpu, need):
+                mode = "mig"
+            elif need and need * 2 <= usable_gib(gpu):
+                mode = "time-slicing"
+            else:
+                mode = "whole"
+        if mode in ("whole", "dra"):
+            if whole > pool.gpus_per_node:
+                problems.append(("GV012", f"{pool.name}: a replica needs {whole} GPUs, nodes "
+                                 f"have {pool.gpus_per_node}"))
+                continue
+            why = (f"{mode}: {whole} x {gpu.name} per replica"
+                   + (f" (tensorParallel {w.tensor_parallel})" if w.tensor_parallel > 1 else "")
+                   + (f" ({asked} needed, {_gib(usable_gib(gpu))} usable per GPU)"
+                      if need else ""))
+            return Placement(w.name, pool, gpu, mode, whole, mode, why=why)
+        if not single:
+            problems.append(("GV014", f"{pool.name}: {mode} gives a replica part of one GPU, "
+                             f"but it needs {whole} GPUs"
+                             + (f" ({asked})" if need else "")))
+            continue
+        if mode == "mig":
+            if sharing.mig_strategy != "mixed":
+                raise spec_error(SpecError, "migStrategy single is not planned by gpuvalues (it "
+                                 "needs one profile on every GPU of a node); use mixed, or write "
+                                 "the values by hand", spec, *sharing_at, "migStrategy")
+            if not gpu.mig_capable:
+                problems.append(("GV014", f"{pool.name}: {gpu.name} has no MIG"))
+                continue
+            if not pool.mig:
+                problems.append(("GV014", f"{pool.name}: MIG is off for this pool (set mig: true)"))
+                continue
+            if sharing.mig_profile:
+                try:
+                    prof = gpu.profile(sharing.mig_profile)
+                except CatalogError as exc:
+                    raise spec_error(CatalogError, exc.message, spec, *sharing_at, "migProfile",
+                                     code="GV001") from None
+                if need and usable_gib(prof) < need:
+                    problems.append(("GV013", f"{pool.name}: {prof.name} has "
+                                     f"{_gib(usable_gib(prof))} usable, the model needs "
+                                     f"{asked}"))
+                    continue
+            else:
+                if not need:
+                    raise spec_error(SpecError, "mig needs memoryGB (to pick the smallest profile "
+                                     "that holds the model) or sharing.migProfile", spec, *at)
+                prof = _smallest_profile(gpu, need)
+                if prof is None:
+                    problems.append(("GV013", f"{pool.name}: no MIG profile of {gpu.name} "
+                                     f"holds {asked}"))
+                    continue
+            per = mig.max_instances(gpu, prof.name)
+            why = (f"mig: {prof.name} ({_gib(usable_gib(prof))} usable"
+                   + (f" >= {asked} needed" if need else "")
+                   + f"), {per} per {gpu.name}")
+            return Placement(w.name, pool, gpu, "mig", 1, "mig", mig_profile=prof.name,
+                             units_per_gpu=per, why=why)
+        # time-slicing / MPS: replicas per GPU from memory, within the device plugin's limits
+        if sharing.replicas_per_gpu:
+            replicas = sharing.replicas_per_gpu
+        elif need:
+            replicas = deviceplugin.replicas_per_gpu(gpu, need, mode)
+        else:
+            raise spec_error(SpecError, f"{mode} needs memoryGB (to size replicas per GPU) or "
+                             "sharing.replicasPerGpu", spec, *at)
+        if replicas < 2:
+            problems.append(("GV013", f"{pool.name}: {_gib(usable_gib(gpu))} holds only "
+                             f"{replicas} replica(s) of {asked}; sharing needs >= 2"))
+            continue
+        if mode == "mps" and replicas > deviceplugin.mps_max_clients(gpu):
+            problems.append(("GV014", f"{pool.name}: MPS allows at most "
+                             f"{deviceplugin.mps_max_clients(gpu)} clients per {gpu.name}, "
+                             f"asked {replicas}"))
+            continue
+        why = (f"{mode}: {replicas} replicas per {gpu.name}"
+               + (f" ({_gib(usable_gib(gpu))} / {asked})" if need else ""))
+        return Placement(w.name, pool, gpu, "shared", 1, mode, replicas_per_gpu=replicas,
+                         units_per_gpu=replicas, renamed=sharing.rename_resource, why=why)
+    codes = {c for c, _ in problems}
+    raise spec_error(PlanError, f"no node pool can host {w.name!r} with sharing "
+                     f"{sharing.mode!r}: " + "; ".join(why for _, why in problems), spec, *at,
+                     code=codes.pop() if len(codes) == 1 else "GV014")

@@ -1,0 +1,200 @@
+"""Releases: the chart values of every release of a fleet.
+
+One platform release (`workload.enabled: false`) installs the GPU platform once: the
+device plugin with every node group's named config, GFD, the DCGM exporter, the GPU
+alert groups, and one Prometheus adapter whose rules serve every workload's scaling
+metrics. Each workload gets a release of its own (its name, its namespace) that renders
+only the inference workload and its alerts.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from gpuvalues.errors import Finding, SpecError
+from gpuvalues.fleet import sizing
+from gpuvalues.fleet.layout import DEFAULT_DEVICE_PLUGIN_CONFIG, Layout
+from gpuvalues.fleet.placement import Placement, spec_error
+from gpuvalues.fleet.spec import Spec
+from gpuvalues.planners import deviceplugin, topology
+from gpuvalues.yamlio import format_path
+
+__all__ = ["Release", "platform_release", "workload_release", "split_image"]
+
+
+@dataclass(frozen=True)
+class Release:
+    """One helm release of the fleet: `values` for the chart, installed as `name` in
+    `namespace`. `workload` is None for the platform release. `decisions` say why each
+    choice was made; `facts` are what the semantic checks need to know about its nodes."""
+
+    name: str
+    namespace: str
+    values: Mapping[str, Any]
+    workload: str | None = None
+    decisions: tuple[str, ...] = ()
+    facts: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_platform(self) -> bool:
+        """True for the release that installs the GPU platform."""
+        return self.workload is None
+
+
+def split_image(image: str) -> tuple[str, str, str]:
+    """`repo:tag@sha256:...` -> (repo, tag, digest); the schema checked the syntax."""
+    digest = ""
+    if "@" in image:
+        image, digest = image.split("@", 1)
+    repo, tag = image, ""
+    slash = image.rfind("/")
+    colon = image.rfind(":")
+    if colon > slash:
+        repo, tag = image[:colon], image[colon + 1:]
+    return repo, tag, digest
+
+
+def _pool_topology(spec: Spec, placement: Placement, layout: Layout) -> tuple[str | None, int | None]:
+    """(topology label value, NVLink group size) of the workload's pool, None if unknown."""
+    for g in layout.groups_of(placement.pool.name):
+        value = g.labels.get(topology.DEFAULT_TOPOLOGY_KEY)
+        if value:
+            return value, topology.nvlink_size(value) or 1
+    return None, None
+
+
+def workload_release(spec: Spec, wi: int, placement: Placement, layout: Layout,
+                     warn) -> Release:
+    """The release of workload `wi`. `warn(code, message, *spec_path)` records warnings;
+    a problem that makes the values impossible raises a placed `GpuValuesError`."""
+    w = spec.workloads[wi]
+    gpu = placement.gpu
+    pool = placement.pool
+    decisions = [f"{w.name}: pool {pool.name} ({pool.nodes} x {pool.gpus_per_node} "
+                 f"{gpu.name}); {placement.why}"]
+    if placement.mode == "dra" and spec.kube_minor < 34:
+        at: tuple = ("kubernetesVersion",)
+        if spec.loaded is None or at not in spec.loaded.positions:
+            at = ("workloads", wi)
+        raise spec_error(SpecError, f"sharing dra needs Kubernetes >= 1.34 (resource.k8s.io/v1); "
+                         f"the spec targets {spec.kubernetes_version}", spec, *at, code="GV009")
+
+    server: dict = {"type": w.server}
+    if w.image:
+        repo, tag, digest = split_image(w.image)
+        server["image"] = {"repository": repo, "tag": tag, "digest": digest}
+    if w.model_load_timeout_seconds:
+        server["modelLoadTimeoutSeconds"] = w.model_load_timeout_seconds
+    gpu_values: dict = {"mode": placement.mode, "count": placement.count}
+    if placement.mode == "mig":
+        gpu_values["mig"] = {"strategy": spec.sharing_for(w).mig_strategy,
+                             "profile": placement.mig_profile}
+    if placement.mode == "shared":
+        gpu_values["shared"] = {"resourceName": placement.resource}
+        if w.server == "vllm":
+            # vLLM pre-allocates --gpu-memory-utilization (default 0.9) of the whole GPU;
+            # with time-slicing or MPS every replica on the GPU would, and all but one OOM.
+            gpu_values["shared"]["memoryFraction"] = math.floor(90 / placement.replicas_per_gpu) / 100
+    model: dict = {"name": w.model}
+    if w.model_pvc:
+        model.update({"source": "pvc", "pvc": {"claimName": w.model_pvc}})
+    values: dict = {"server": server, "model": model, "gpu": gpu_values}
+
+    # Topology: multi-GPU pods go to nodes whose NVLink group fits them.
+    label, nvlink_group = _pool_topology(spec, placement, layout)
+    if placement.count > 1 and placement.whole_gpus:
+        if label is None:
+            values["topology"] = {"key": ""}
+            warn("GV006", f"{placement.count} GPUs per pod, but node pool {pool.name} has no "
+                 "topology: pods are placed without an NVLink affinity (add topology.file or "
+                 "topology.label to the pool)", "workloads", wi)
+        else:
+            values["topology"] = {"values": [label]}
+    config = layout.device_plugin_configs.get(_config_of(placement, layout) or "")
+    values["gpuProducts"] = deviceplugin.gfd_products(gpu, config)
+
+    units = layout.units.get(w.name, 0)
+    decisions += list(layout.notes) if placement.mode == "mig" else []
+    decisions.append(f"the fleet's layout gives {w.name} {units} x {placement.resource} at peak")
+    autoscaling, more, capacity_warnings = sizing.autoscaling_values(spec, wi, placement, units)
+    decisions += more
+    for text in capacity_warnings:
+        warn("GV003", text, "workloads", wi)
+    p = spec.platform
+    if autoscaling["engine"] == "keda" and p.gpu_operator:
+        # the GPU Operator's exporter scrape uses honorLabels false: DCGM series name the
+        # workload pod exported_pod / exported_namespace
+        autoscaling.setdefault("keda", {}).update(
+            {"podLabel": "exported_pod", "namespaceLabel": "exported_namespace"})
+    values["autoscaling"] = autoscaling
+    if p.service_monitor:
+        values["serviceMonitor"] = {"enabled": True}
+    values["platform"] = {
+        "gpuOperator": p.gpu_operator,
+        "devicePlugin": {"enabled": False}, "gfd": {"enabled": False},
+        "dcgmExporter": {"enabled": False}, "prometheusAdapter": {"enabled": False},
+        # the workload's own alerts; the GPU alert groups are the platform release's
+        "alerts": {"enabled": p.alerts, "gpuRules": False},
+    }
+    facts = {"kube_version": spec.kubernetes_version, "gpu_models": (gpu.name,),
+             "gpus_per_node": pool.gpus_per_node, "inventory_gpus": pool.gpus,
+             "nvlink_group": nvlink_group, "nvlink_source": f"node pool {pool.name}",
+             "memory_gb": w.memory_gb, "tensor_parallel": w.tensor_parallel,
+             "shared_replicas": placement.replicas_per_gpu}
+    return Release(w.name, w.namespace, values, w.name, tuple(decisions), facts)
+
+
+def _config_of(placement: Placement, layout: Layout) -> str | None:
+    """The device-plugin config the workload's node groups run."""
+    for g in layout.groups_of(placement.pool.name):
+        if placement.workload in g.workloads:
+            return g.device_plugin_config
+    return None
+
+
+def platform_release(spec: Spec, layout: Layout | None, workloads: Sequence[Release]) -> Release:
+    """The platform release: every part the spec asks for, once, for the whole fleet."""
+    p = spec.platform
+    own = not p.gpu_operator
+    metrics: list[dict] = []
+    for r in workloads:
+        a = r.values.get("autoscaling", {})
+        if a.get("engine") == "hpa":
+            for m in a.get("metrics", []):
+                if m["name"] not in [x["name"] for x in metrics]:
+                    metrics.append({"name": m["name"]})
+    adapter = bool(metrics) and p.prometheus_adapter
+    platform: dict = {
+        "gpuOperator": p.gpu_operator,
+        "devicePlugin": {"enabled": own and p.device_plugin},
+        "gfd": {"enabled": own and p.gpu_feature_discovery},
+        "dcgmExporter": {"enabled": own and p.dcgm_exporter},
+        "prometheusAdapter": {"enabled": adapter},
+        "alerts": {"enabled": p.alerts, "gpuRules": True},
+    }
+    if adapter:
+        platform["prometheusAdapter"]["metrics"] = metrics
+        if p.gpu_operator:
+            platform["prometheusAdapter"]["exporterLabels"] = "exported"
+    configs = dict(layout.device_plugin_configs) if layout else {}
+    if configs and platform["devicePlugin"]["enabled"]:
+        platform["devicePlugin"]["config"] = {"map": {"default": DEFAULT_DEVICE_PLUGIN_CONFIG,
+                                                      **configs}}
+    if p.service_monitor and platform["dcgmExporter"]["enabled"]:
+        platform["dcgmExporter"]["serviceMonitor"] = {"enabled": True}
+    decisions = [f"platform release {p.release_name} in {p.namespace}: "
+                 + ", ".join(k for k, v in platform.items() if isinstance(v, dict) and v.get("enabled"))]
+    if adapter:
+        decisions.append("the Prometheus adapter serves " + ", ".join(m["name"] for m in metrics)
+                         + " for every workload's HPA")
+    values = {"workload": {"enabled": False}, "autoscaling": {"engine": "none"},
+              "platform": platform}
+    return Release(p.release_name, p.namespace, values, None, tuple(decisions),
+                   {"kube_version": spec.kubernetes_version})
+
+
+def warning(spec: Spec, code: str, message: str, *path: Any) -> Finding:
+    """A warning placed at `path` in the spec."""
+    source, line, col = spec.position(*path)
+    return Finding(code, message, format_path(path), source, line, col, "warning")

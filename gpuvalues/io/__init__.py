@@ -1,0 +1,1 @@
+"""I/O and presentation at the edge: files, output formats, editing values files."""

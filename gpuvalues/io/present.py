@@ -1,0 +1,200 @@
+"""Presentation: tables and pictures for people (the CLI's table output, ASCII and SVG
+MIG layouts). Pure functions of the library's data; nothing here decides anything."""
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from gpuvalues.catalog import get_gpu
+from gpuvalues.io import output
+from gpuvalues.planners import mig
+from gpuvalues.planners.mig import Layout
+from gpuvalues.planners.milp import Plan
+from gpuvalues.planners.topology import DEFAULT_TOPOLOGY_KEY
+
+if TYPE_CHECKING:
+    from gpuvalues.fleet import Fleet
+
+_SVG_COLORS = {1: "#9ecae1", 2: "#a1d99b", 3: "#fdd0a2", 4: "#fdae6b", 7: "#bcbddc"}
+
+
+def _xml(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def plan_table(data: Mapping[str, Any], pictures: Sequence[tuple[str, str]] = ()) -> str:
+    """The people's view of `pipeline.plan_data`: workloads, node groups, the MIG solve
+    (bounds, per-GPU layouts, baselines) and notes."""
+    out = [f"GPUs in use: {data['gpus_in_use']} of {data['gpus_total']}", ""]
+    out.append(output.table(["workload", "pool", "resource", "per pod", "peak", "layout gives"],
+                            [[w["name"], w["pool"], w["resource"], w["per_pod"], w["peak_replicas"],
+                              w["units"]] for w in data["workloads"]]))
+    out.append(output.table(["node group", "pool", "nodes", "workloads", "labels"],
+                            [[g["name"], g["pool"], g["nodes"], ", ".join(g["workloads"]) or "-",
+                              ", ".join(f"{k}={v}" for k, v in g["labels"].items()) or "-"]
+                             for g in data["node_groups"]]))
+    mig = data.get("mig")
+    if mig:
+        out.append(f"MIG: {mig['gpus_used']} GPUs   LP bound: {mig['lp_bound']:.2f}   MIP bound: "
+                   f"{mig['mip_bound']:g}   gap: {mig['gap']:.2%}   "
+                   f"{'optimal' if mig['optimal'] else 'NOT proven optimal'}   "
+                   f"solve: {mig['solve_seconds']:.3f}s")
+        rows = []
+        for p in mig["pools"]:
+            for g in p["gpu_groups"]:
+                models = Counter(i["model"] or "(spare)" for i in g["instances"])
+                rows.append([p["name"], p["gpu"], g["count"], g["layout"],
+                             ", ".join(f"{m} x{c}" for m, c in models.items())])
+        out.append(output.table(["pool", "gpu", "gpus", "layout", "models per GPU"], rows))
+        for title, pic in pictures:
+            out += [title, pic, ""]
+        if mig["baselines"]:
+            out.append(output.table(["baseline", "gpus", "note"],
+                                    [[b["name"], "n/a" if b["gpus"] is None else b["gpus"], b["note"]]
+                                     for b in mig["baselines"]]))
+        out += [f"warning: {w}" for w in mig["warnings"]]
+    out += [f"note: {n}" for n in data["notes"]]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def layout_pictures(plan_: Plan) -> list[tuple[str, str, mig.Layout]]:
+    """(title, ASCII picture, layout) for each distinct MIG layout in the plan."""
+    out = []
+    for p in plan_.pools:
+        seen: dict[str, int] = Counter()
+        layouts = {}
+        for g in p.gpu_groups:
+            if g.layout is not None:
+                seen[g.layout.label()] += g.count
+                layouts[g.layout.label()] = g.layout
+        for label, n in seen.items():
+            L = layouts[label]
+            out.append((f"{p.pool.name} ({get_gpu(p.pool.gpu).name}) x{n}: {label}", L.picture(), L))
+    return out
+
+
+def layouts_svg(rows: Sequence[tuple[str, Layout]]) -> str:
+    """An SVG picture: one row per (title, layout), slots 0..N-1 left to right."""
+    cell, h, top, left = 90, 34, 24, 260
+    width = left + cell * max((get_gpu(L.gpu).mig.memory_slices for _, L in rows), default=8) + 10
+    height = top + (h + 14) * len(rows) + 10
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="monospace" font-size="12">']
+    n0 = get_gpu(rows[0][1].gpu).mig.memory_slices if rows else 8
+    for i in range(n0):
+        out.append(f'<text x="{left + i * cell + cell // 2}" y="16" text-anchor="middle">slot {i}</text>')
+    for r, (title, L) in enumerate(rows):
+        gpu = get_gpu(L.gpu)
+        y = top + r * (h + 14)
+        out.append(f'<text x="4" y="{y + h // 2 + 4}">{_xml(title)}</text>')
+        for s in range(gpu.mig.memory_slices):
+            out.append(f'<rect x="{left + s * cell}" y="{y}" width="{cell}" height="{h}" fill="#f0f0f0" stroke="#ccc"/>')
+        for p in L.placements:
+            prof = gpu.profile(p.profile)
+            color = _SVG_COLORS.get(prof.compute_slices, "#ddd")
+            x, w = left + p.start * cell + 2, prof.memory_slices * cell - 4
+            out.append(f'<rect x="{x}" y="{y + 2}" width="{w}" height="{h - 4}" rx="4" fill="{color}" stroke="#333"/>')
+            out.append(f'<text x="{x + w // 2}" y="{y + h // 2 + 4}" text-anchor="middle">{_xml(p.profile)}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def fit_table(data: Mapping) -> str:
+    """People's view of `FitReport.to_dict()`."""
+    from gpuvalues.io.output import table
+
+    out = [f"fits: {'yes' if data['fits'] else 'NO'} (min replicas: {'fit' if data['minFits'] else 'do NOT fit'}, "
+           f"max replicas: {'fit' if data['maxFits'] else 'do NOT fit'})",
+           f"placement: {data['placement']}"]
+    for name in ("min", "max"):
+        sc = data["scenarios"][name]
+        out.append("")
+        out.append(f"== {name} replicas: {'fits' if sc['fits'] else str(sc['pending']) + ' pod(s) Pending'}")
+        rows = [(w["workload"], w["replicas"], w["scheduled"], w["pending"], w["extraReplicasThatFit"],
+                 w.get("reason", "")) for w in sc["workloads"]]
+        out.append(table(("WORKLOAD", "REPLICAS", "SCHEDULED", "PENDING", "MORE-FIT", "WHY PENDING"), rows).rstrip())
+        node_rows = []
+        for n in sc["nodes"]:
+            res = ", ".join(f"{r} {v['used']}/{v['allocatable']}" for r, v in n["resources"].items())
+            node_rows.append((n["node"], n["pods"], res or "-"))
+        out.append(table(("NODE", "PODS", "GPU RESOURCES USED/ALLOCATABLE"), node_rows).rstrip())
+        out.append("headroom: " + (", ".join(f"{r} {v} free" for r, v in sc["headroom"].items()) or "none"))
+    for w in data["warnings"]:
+        out.append(f"warning: {w}")
+    for s in data["skipped"]:
+        out.append(f"skipped: {s}")
+    out.append("not modelled: " + "; ".join(data["notModelled"]))
+    return "\n".join(out) + "\n"
+
+
+def inventory_table(data: Mapping) -> str:
+    """People's view of `Inventory.to_dict()`."""
+    from gpuvalues.io.output import table
+
+    rows = []
+    for n in data["nodes"]:
+        g = n.get("gpu", {})
+        res = ", ".join(f"{k} {v}" for k, v in n.get("allocatable", {}).items() if k.startswith("nvidia.com/"))
+        taints = ", ".join(f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in n.get("taints", []))
+        rows.append((n["name"], g.get("product") or "-", g.get("count", 0), g.get("migStrategy", "none"),
+                     g.get("replicas", 1), n.get("labels", {}).get(DEFAULT_TOPOLOGY_KEY, "-"), res or "-",
+                     taints or "-"))
+    return table(("NODE", "PRODUCT", "GPUS", "MIG", "REPLICAS", "TOPOLOGY", "ALLOCATABLE", "TAINTS"), rows)
+
+
+def simulate_table(data: Mapping[str, Any]) -> str:
+    """The people's view: the plan in two lines, then behaviours side by side."""
+    from gpuvalues.io.output import table
+
+    p = data["plan"]
+    head = (f"trace {data['trace']['source']}: {data['trace']['base_rps']:g}-{data['trace']['peak_rps']:g} req/s; "
+            f"plan: replicas {p['minReplicas']}-{p['maxReplicas']}, metric {p['metric']['name']} "
+            f"target {p['metric']['target']}, GPUs {p['gpusAtMin']:g}-{p['gpusAtMax']:g}\n")
+    cols = ["behavior", "gpu_hours", "slo_violation_minutes", "slo_violation_request_pct", "scale_ups",
+            "scale_downs", "flaps", "max_replicas", "mean_replicas"]
+    warn = "".join(f"warning: {w}\n" for w in p.get("warnings", []))
+    return head + warn + table(cols, [[row[c] for c in cols] for row in data["behaviors"]])
+
+
+def topology_table(data: dict) -> str:
+    """People's view of `topology_report`."""
+    from gpuvalues.io.output import table
+
+    gpus = data["gpus"]
+    rows = [[f"GPU{a}"] + [("X" if a == b else data["links"][f"GPU{a}"][f"GPU{b}"]) for b in gpus]
+            + [data["numaAffinity"].get(f"GPU{a}") or "-"] for a in gpus]
+    out = [table([""] + [f"GPU{g}" for g in gpus] + ["NUMA"], rows).rstrip()]
+    cliques = data["nvlinkCliques"]
+    out.append("NVLink cliques: " + (", ".join("{" + ",".join(map(str, c)) + "}" for c in cliques) or "none")
+               + (" (through NVSwitch)" if data["nvswitch"] else ""))
+    out.append("labels:")
+    out.extend(f"  {k}={v}" for k, v in data["labels"].items())
+    if "bestGpuSet" in data:
+        b = data["bestGpuSet"]
+        out.append(f"device plugin would give a {b['size']}-GPU pod: "
+                   + (", ".join(f"GPU{g}" for g in b["gpus"]) or "nothing (not enough GPUs)")
+                   + f" (score {b['score']})")
+    return "\n".join(out) + "\n"
+
+
+def values_table(fleet: Fleet) -> str:
+    """People's view of a fleet's releases: one row per release, then the decisions."""
+    rows = []
+    for r in fleet.releases:
+        v = r.values
+        if r.is_platform:
+            parts = [k for k, x in v["platform"].items() if isinstance(x, dict) and x.get("enabled")]
+            rows.append([r.name, r.namespace, "platform", "-", "-", "-", ", ".join(parts) or "-"])
+            continue
+        gpu = v["gpu"]
+        unit = gpu["mode"] + (f" {gpu['mig']['profile']}" if gpu["mode"] == "mig" else "")
+        a = v.get("autoscaling", {})
+        metric = (a.get("metrics") or [{}])[0]
+        rows.append([r.name, r.namespace, unit, gpu["count"], a.get("engine"),
+                     f"{a.get('minReplicas', '-')}..{a.get('maxReplicas', '-')}",
+                     f"{metric.get('name', '-')} {metric.get('target', '')}".strip()])
+    text = output.table(["release", "namespace", "gpu", "per pod", "autoscaling", "replicas",
+                         "metric / parts"], rows)
+    for r in fleet.releases:
+        text += "".join(f"\n{d}" for d in r.decisions)
+    return text + "\n"

@@ -1,0 +1,360 @@
+"""Draining a node: the project's one implementation (remediation and MIG rollouts use it).
+
+* `cordon` / `uncordon` and `add_taint` / `remove_taint` record what they did in a node
+  annotation (`OWNER_ANNOTATION`, one entry per owner), and undo only what that owner did:
+  a node someone else cordoned stays cordoned (NVSentinel#1424).
+* `Drainer.step(node)` evicts a node's pods through the Eviction API
+  (`POST pods/<name>/eviction`, policy/v1), which honours PodDisruptionBudgets: the API
+  server answers 429 while a budget allows no disruption, and we retry that pod with
+  exponential backoff. It never deletes a pod, unless the pod's namespace opts into
+  delete-after-timeout (annotation `DRAIN_MODE_ANNOTATION: DeleteAfterTimeout`, timeout
+  from `DELETE_AFTER_ANNOTATION`, seconds), and then only after the drain has run that
+  long. Namespaces annotated `Skip` are left alone.
+* Which pods: as `kubectl drain` (k8s.io/kubectl/pkg/drain/filters.go) it skips
+  DaemonSet pods, mirror (static) pods and pods already terminating or finished; with
+  `gpu_only` (the default) it takes only pods that request a GPU (an `nvidia.com/*`
+  extended resource or a DRA resource claim).
+
+Every eviction carries a UID precondition, so a new pod that reuses the name is never
+evicted by a stale decision (NVSentinel#1415/#1451: races on stale drain events).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+from gpuvalues.operations.remediation import PREFIX
+
+OWNER_ANNOTATION = f"{PREFIX}/owners"
+DRAIN_MODE_ANNOTATION = f"{PREFIX}/drain-mode"
+DELETE_AFTER_ANNOTATION = f"{PREFIX}/delete-after-seconds"
+MODES = ("Evict", "Skip", "DeleteAfterTimeout")
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+# --- what a pod is --------------------------------------------------------------------------
+
+def is_gpu_pod(pod: Mapping, prefixes: tuple[str, ...] = ("nvidia.com/",)) -> bool:
+    """The pod asks for a GPU: an extended resource with one of `prefixes` in a container's
+    limits or requests, or a DRA resource claim."""
+    spec = pod.get("spec") or {}
+    if spec.get("resourceClaims"):
+        return True
+    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        res = c.get("resources") or {}
+        for part in ("limits", "requests"):
+            if any(k.startswith(prefixes) for k in (res.get(part) or {})):
+                return True
+    return False
+
+
+def skip_reason(pod: Mapping) -> str | None:
+    """Why a drain leaves this pod alone (None: it must go), as kubectl drain's filters."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    if meta.get("deletionTimestamp"):
+        return "terminating"
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return "finished"
+    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+        return "mirror pod"
+    if any(o.get("kind") == "DaemonSet" and o.get("controller") for o in meta.get("ownerReferences") or []):
+        return "DaemonSet pod"
+    return None
+
+
+@dataclass(frozen=True)
+class NamespacePolicy:
+    """How a namespace wants its pods drained."""
+    mode: str = "Evict"
+    delete_after_s: float | None = None
+
+    @classmethod
+    def from_namespace(cls, ns: Mapping | None) -> "NamespacePolicy":
+        ann = ((ns or {}).get("metadata") or {}).get("annotations") or {}
+        mode = ann.get(DRAIN_MODE_ANNOTATION, "Evict")
+        if mode not in MODES:
+            mode = "Evict"  # unknown value: the safe default (evict, never delete)
+        after = None
+        if mode == "DeleteAfterTimeout":
+            try:
+                after = float(ann.get(DELETE_AFTER_ANNOTATION, "600"))
+            except ValueError:
+                after = 600.0
+        return cls(mode, after)
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """The outcome of one eviction request: evicted, blocked (429: a PDB), gone (404),
+    deleted (delete-after-timeout), or error (anything else; retried)."""
+    namespace: str
+    name: str
+    uid: str
+    outcome: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class DrainProgress:
+    """After one drain step: pods still to go and what this step did."""
+    remaining: tuple[tuple[str, str, str], ...]   # (namespace, name, uid)
+    results: tuple[Eviction, ...] = ()
+    skipped: tuple[tuple[str, str, str], ...] = ()  # (namespace, name, why)
+
+    @property
+    def done(self) -> bool:
+        return not self.remaining
+
+
+@dataclass
+class Backoff:
+    """Per-key exponential backoff: base * 2**failures, capped at `cap` seconds."""
+    base: float = 1.0
+    cap: float = 60.0
+    clock: Callable[[], float] = time.monotonic
+    _next: dict[str, tuple[float, int]] = field(default_factory=dict)
+
+    def ready(self, key: str) -> bool:
+        return self.clock() >= self._next.get(key, (0.0, 0))[0]
+
+    def failed(self, key: str) -> float:
+        n = self._next.get(key, (0.0, 0))[1]
+        delay = min(self.cap, self.base * (2 ** n))
+        self._next[key] = (self.clock() + delay, n + 1)
+        return delay
+
+    def forget(self, key: str) -> None:
+        self._next.pop(key, None)
+
+
+class Drainer:
+    """Evicts a node's pods through the Eviction API, a step at a time (at most one pod
+    of each workload per step).
+
+    `core` is a `kubernetes.client.CoreV1Api`. Call `step(node_name, since)` once per sync:
+    it lists the node's pods, evicts those whose backoff allows (at most `max_per_step`),
+    and returns the progress. `since` is when the drain began (unix time; the
+    delete-after-timeout clock). `dry_run` sends the evictions with dryRun=All."""
+
+    def __init__(self, core, *, gpu_only: bool = True, resource_prefixes: tuple[str, ...] = ("nvidia.com/",),
+                 backoff: Backoff | None = None, max_per_step: int = 10, dry_run: bool = False,
+                 wall: Callable[[], float] = time.time):
+        self.core = core
+        self.gpu_only = gpu_only
+        self.prefixes = resource_prefixes
+        self.backoff = backoff or Backoff()
+        self.max_per_step = max_per_step
+        self.dry_run = dry_run
+        self.wall = wall
+        self._ns_cache: dict[str, NamespacePolicy] = {}
+
+    def pods_to_drain(self, node: str) -> tuple[list[dict], list[dict], list[tuple[str, str, str]]]:
+        """(pods that must leave, pods already leaving (terminating: never evicted again,
+        but the node is not drained until they are gone), (namespace, name, why) of pods
+        left alone)."""
+        resp = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}",
+                                                     _preload_content=False)
+        pods = json.loads(resp.data)["items"]
+        go, leaving, skipped = [], [], []
+        for p in pods:
+            meta = p["metadata"]
+            why = skip_reason(p)
+            if why not in (None, "terminating"):
+                skipped.append((meta["namespace"], meta["name"], why))
+            elif self.gpu_only and not is_gpu_pod(p, self.prefixes):
+                skipped.append((meta["namespace"], meta["name"], "no GPU"))
+            elif self.policy(meta["namespace"]).mode == "Skip":
+                skipped.append((meta["namespace"], meta["name"], "namespace opted out"))
+            elif why == "terminating":
+                leaving.append(p)
+            else:
+                go.append(p)
+        return go, leaving, skipped
+
+    def policy(self, namespace: str) -> NamespacePolicy:
+        if namespace not in self._ns_cache:
+            from kubernetes.client.exceptions import ApiException
+            try:
+                resp = self.core.read_namespace(namespace, _preload_content=False)
+                self._ns_cache[namespace] = NamespacePolicy.from_namespace(json.loads(resp.data))
+            except ApiException:
+                self._ns_cache[namespace] = NamespacePolicy()
+        return self._ns_cache[namespace]
+
+    def forget_policies(self) -> None:
+        """Re-read namespace policies on the next step (call once per sync)."""
+        self._ns_cache.clear()
+
+    def step(self, node: str, since: float, budget: int | None = None,
+             already: Iterable[str] = ()) -> DrainProgress:
+        """Evict what may go now. `budget` caps evictions this step (a rate limit);
+        `already` are pod UIDs evicted earlier in this drain (never evicted twice)."""
+        pods, leaving, skipped = self.pods_to_drain(node)
+        already = set(already)
+        remaining, results = [], []
+        cap = self.max_per_step if budget is None else min(budget, self.max_per_step)
+        touched: set[tuple[str, str]] = set()
+        for p in pods:
+            meta = p["metadata"]
+            ns, name, uid = meta["namespace"], meta["name"], meta.get("uid", "")
+            remaining.append((ns, name, uid))
+            if uid in already or not self.backoff.ready(uid) or len(results) >= cap:
+                continue
+            # One pod per workload per step: the next one waits for a later step, when the
+            # PDB's status (recomputed by the disruption controller) has seen the first go.
+            owner = (ns, next((o.get("uid", "") for o in meta.get("ownerReferences") or [] if o.get("controller")),
+                              uid))
+            if owner in touched:
+                continue
+            touched.add(owner)
+            pol = self.policy(ns)
+            if pol.mode == "DeleteAfterTimeout" and pol.delete_after_s is not None \
+                    and self.wall() - since >= pol.delete_after_s:
+                res = self.delete(ns, name, uid)
+            else:
+                res = self.evict(ns, name, uid)
+            results.append(res)
+            if res.outcome in ("evicted", "gone", "deleted"):
+                self.backoff.forget(uid)
+            else:
+                self.backoff.failed(uid)
+        gone = {(r.namespace, r.name) for r in results if r.outcome in ("gone",)}
+        remaining = [x for x in remaining if (x[0], x[1]) not in gone]
+        remaining += [(p["metadata"]["namespace"], p["metadata"]["name"], p["metadata"].get("uid", "")) for p in leaving]
+        return DrainProgress(tuple(remaining), tuple(results), tuple(skipped))
+
+    def evict(self, namespace: str, name: str, uid: str) -> Eviction:
+        """POST an Eviction (policy/v1) with a UID precondition."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        body = client.V1Eviction(
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+            delete_options=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None,
+                                                  dry_run=["All"] if self.dry_run else None))
+        try:
+            self.core.create_namespaced_pod_eviction(name, namespace, body)
+            return Eviction(namespace, name, uid, "evicted")
+        except ApiException as e:
+            return Eviction(namespace, name, uid, _outcome(e.status), _message(e))
+
+    def delete(self, namespace: str, name: str, uid: str) -> Eviction:
+        """Delete a pod (only for namespaces that opted into delete-after-timeout)."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.core.delete_namespaced_pod(name, namespace, body=client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(uid=uid) if uid else None,
+                dry_run=["All"] if self.dry_run else None))
+            return Eviction(namespace, name, uid, "deleted")
+        except ApiException as e:
+            return Eviction(namespace, name, uid, "gone" if e.status == 404 else "error", _message(e))
+
+
+def _outcome(status: int | None) -> str:
+    # policy/v1 Eviction: 429 TooManyRequests while a PDB allows no disruption; 404 the
+    # pod is gone; 409 the UID precondition failed (a new pod has the name: not ours).
+    return {429: "blocked", 404: "gone", 409: "gone"}.get(status or 0, "error")
+
+
+def _message(e) -> str:
+    try:
+        return json.loads(e.body).get("message", "") or str(e.reason)
+    except (TypeError, ValueError, AttributeError):
+        return str(getattr(e, "reason", e))
+
+
+# --- cordon and taints, with ownership ---------------------------------------------------------
+
+def owners(node: Mapping) -> dict[str, list[str]]:
+    """owner -> what it did to the node ("cordon", "taint:<key>")."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(OWNER_ANNOTATION) or "{}"
+    try:
+        data = json.loads(raw)
+        return {str(k): [str(x) for x in v] for k, v in data.items() if isinstance(v, list)}
+    except (ValueError, AttributeError):
+        return {}
+
+
+def _with_owner(node: Mapping, owner: str, what: str, add: bool) -> str:
+    data = owners(node)
+    items = set(data.get(owner, []))
+    items = items | {what} if add else items - {what}
+    if items:
+        data[owner] = sorted(items)
+    else:
+        data.pop(owner, None)
+    return json.dumps(data, sort_keys=True)
+
+
+def _read(core, name: str) -> dict:
+    return json.loads(core.read_node(name, _preload_content=False).data)
+
+
+def _patch(core, node: dict, spec: dict | None, annotations: dict | None, dry_run: bool) -> None:
+    """Merge-patch with the read resourceVersion: a stale view fails (409) instead of
+    overwriting someone else's newer change."""
+    body: dict = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}}
+    if annotations:
+        body["metadata"]["annotations"] = annotations
+    if spec is not None:
+        body["spec"] = spec
+    core.patch_node(node["metadata"]["name"], body, _content_type="application/merge-patch+json",
+                    **({"dry_run": "All"} if dry_run else {}))
+
+
+def cordon(core, name: str, owner: str, dry_run: bool = False) -> bool:
+    """Mark the node unschedulable and record `owner` as the one who did. A node already
+    cordoned by someone else is left as it is (returns False: not ours)."""
+    node = _read(core, name)
+    if (node.get("spec") or {}).get("unschedulable"):
+        return "cordon" in owners(node).get(owner, [])
+    _patch(core, node, {"unschedulable": True}, {OWNER_ANNOTATION: _with_owner(node, owner, "cordon", True)}, dry_run)
+    return True
+
+
+def uncordon(core, name: str, owner: str, dry_run: bool = False) -> bool:
+    """Uncordon only if `owner` cordoned the node; returns whether it did."""
+    node = _read(core, name)
+    if "cordon" not in owners(node).get(owner, []):
+        return False
+    others = [o for o, items in owners(node).items() if o != owner and "cordon" in items]
+    spec = None if others else {"unschedulable": None}
+    _patch(core, node, spec, {OWNER_ANNOTATION: _with_owner(node, owner, "cordon", False)}, dry_run)
+    return True
+
+
+def add_taint(core, name: str, key: str, effect: str, owner: str, value: str = "",
+              extra_annotations: Mapping[str, str] | None = None, dry_run: bool = False) -> bool:
+    """Add taint key:effect, recorded as `owner`'s. A taint with that key that someone else
+    put there is left alone (returns False)."""
+    node = _read(core, name)
+    taints = list((node.get("spec") or {}).get("taints") or [])
+    ours = f"taint:{key}" in owners(node).get(owner, [])
+    if any(t["key"] == key for t in taints):
+        if ours and extra_annotations:
+            _patch(core, node, None, dict(extra_annotations), dry_run)
+        return ours
+    t = {"key": key, "effect": effect}
+    if value:
+        t["value"] = value
+    ann = {OWNER_ANNOTATION: _with_owner(node, owner, f"taint:{key}", True), **(extra_annotations or {})}
+    _patch(core, node, {"taints": taints + [t]}, ann, dry_run)
+    return True
+
+
+def remove_taint(core, name: str, key: str, owner: str,
+                 extra_annotations: Mapping[str, str] | None = None, dry_run: bool = False) -> bool:
+    """Remove taint `key` only if `owner` added it; returns whether it did."""
+    node = _read(core, name)
+    if f"taint:{key}" not in owners(node).get(owner, []):
+        if extra_annotations:
+            _patch(core, node, None, dict(extra_annotations), dry_run)
+        return False
+    taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t["key"] != key]
+    ann = {OWNER_ANNOTATION: _with_owner(node, owner, f"taint:{key}", False), **(extra_annotations or {})}
+    _patch(core, node, {"taints": taints}, ann, dry_run)
+    return True

@@ -1,0 +1,484 @@
+"""A cluster's GPU nodes as one frozen `Inventory`, from whichever source you have.
+
+Sources:
+
+* `from_kubectl_json(obj)`: the output of `kubectl get nodes -o json` (a List/NodeList,
+  or one Node). GPU facts come from GPU Feature Discovery labels (NVIDIA/k8s-device-plugin
+  `docs/gpu-feature-discovery/README.md`, `internal/lm/resource.go`): `nvidia.com/gpu.product`,
+  `.count`, `.memory` (MiB), `mig.capable`, `mig.strategy`, `nvidia.com/mig-<profile>.count`
+  (mixed strategy), `<model>-MIG-<profile>` products (single strategy), `gpu.replicas` and
+  `gpu.sharing-strategy`; capacity/allocatable and taints come from the Node itself.
+* `from_nvidia_smi({node: (query_csv, topo_text)})`: per node, the output of
+  `nvidia-smi --query-gpu=index,name,memory.total,mig.mode.current --format=csv` and,
+  optionally, `nvidia-smi topo -m` (parsed by `gpuvalues.planners.topology`).
+* `from_kubernetes(kubeconfig=..., context=...)`: a live cluster through the official
+  client; the same parsing as `from_kubectl_json`.
+* `Inventory.from_dict` / `to_dict`: the documented format, schemas/inventory.schema.json.
+
+Units inside the library: `cpu` in millicores, `memory`/`ephemeral-storage` in bytes,
+everything else a plain integer count (extended resources are integers by definition).
+In dicts, quantities use Kubernetes notation (`cpu: "500m"`, `memory: 64Gi`, `cpu: 32`).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
+
+from gpuvalues.catalog import gfd_product_label
+from gpuvalues.errors import GpuValuesError, InventoryError
+from gpuvalues.kube import parse_quantity
+from gpuvalues.planners.topology import DEFAULT_TOPOLOGY_KEY, Topology, nvlink_size, parse_topo_matrix
+from gpuvalues.schemas import INVENTORY_SCHEMA, load_schema, validator_for
+from gpuvalues.yamlio import format_path
+
+API_VERSION = "gpuvalues/v1"
+KIND = "Inventory"
+
+GPU = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# Resources kept from a Node: everything the GPU filters need. Other vendors' extended
+# resources are kept too (a pod may request them); hugepages and the like are not.
+_KEEP_BASIC = ("cpu", "memory", "pods", "ephemeral-storage")
+
+
+def resource_amount(name: str, value: Any) -> int:
+    """A resource quantity in library units (cpu millicores, bytes, or a count).
+
+    Raises a GpuValuesError (a ValueError) for a malformed or negative quantity, or a
+    fractional amount of a countable (extended) resource.
+    """
+    q = parse_quantity(value)
+    if q < 0:
+        raise InventoryError(f"{name}: negative quantity {value!r}")
+    if name == "cpu":
+        q *= 1000
+        return int(q) if q.denominator == 1 else int(q) + 1  # Kubernetes rounds up to 1m
+    if name in ("memory", "ephemeral-storage") or name.startswith("hugepages-"):
+        return int(q) if q.denominator == 1 else int(q) + 1
+    if q.denominator != 1:
+        raise InventoryError(f"{name}: {value!r} is not an integer; extended resources are whole numbers")
+    return int(q)
+
+
+def format_amount(name: str, amount: int) -> int | str:
+    """Inverse of `resource_amount`: a quantity in Kubernetes notation."""
+    if name == "cpu":
+        return amount // 1000 if amount % 1000 == 0 else f"{amount}m"
+    return amount
+
+
+def _frozen_map(m: Mapping | None) -> Mapping:
+    return MappingProxyType(dict(m or {}))
+
+
+@dataclass(frozen=True)
+class Taint:
+    """A node taint; `effect` is NoSchedule, PreferNoSchedule or NoExecute."""
+
+    key: str
+    effect: str
+    value: str = ""
+
+    def to_dict(self) -> dict:
+        """Plain data in the inventory file format."""
+        d = {"key": self.key, "effect": self.effect}
+        if self.value:
+            d["value"] = self.value
+        return d
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """What GPU Feature Discovery (or nvidia-smi) says about a node's GPUs.
+
+    `count` is physical GPUs (`nvidia.com/gpu.count`; for the single MIG strategy GFD
+    reports MIG devices there, and so do we). `mig_profiles` maps a MIG profile
+    (`1g.10gb`) to the number of such devices on the node. `replicas` is per-GPU sharing
+    replicas (1 = no sharing).
+    """
+
+    product: str | None = None
+    count: int = 0
+    memory_mib: int | None = None
+    mig_capable: bool | None = None
+    mig_strategy: str = "none"
+    mig_profiles: Mapping[str, int] = field(default_factory=dict)
+    replicas: int = 1
+    sharing_strategy: str = "none"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mig_profiles", _frozen_map(self.mig_profiles))
+
+    def to_dict(self) -> dict:
+        """Plain data in the inventory file format (schemas/inventory.schema.json)."""
+        d: dict = {"count": self.count}
+        if self.product is not None:
+            d["product"] = self.product
+        if self.memory_mib is not None:
+            d["memoryMiB"] = self.memory_mib
+        if self.mig_capable is not None:
+            d["migCapable"] = self.mig_capable
+        d["migStrategy"] = self.mig_strategy
+        if self.mig_profiles:
+            d["migProfiles"] = dict(sorted(self.mig_profiles.items()))
+        d["replicas"] = self.replicas
+        d["sharingStrategy"] = self.sharing_strategy
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "GpuInfo":
+        """The inverse of `to_dict`."""
+        return cls(product=d.get("product"), count=int(d.get("count", 0)), memory_mib=d.get("memoryMiB"),
+                   mig_capable=d.get("migCapable"), mig_strategy=d.get("migStrategy", "none"),
+                   mig_profiles=dict(d.get("migProfiles", {})), replicas=int(d.get("replicas", 1)),
+                   sharing_strategy=d.get("sharingStrategy", "none"))
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node: labels, taints, capacity and allocatable, GPU facts, optional topology.
+
+    `capacity`/`allocatable` map resource names to amounts in library units (see the
+    module docstring). `topology` is present when the inventory came with `topo -m`.
+    """
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    capacity: Mapping[str, int] = field(default_factory=dict)
+    allocatable: Mapping[str, int] = field(default_factory=dict)
+    gpu: GpuInfo = field(default_factory=GpuInfo)
+    topology: Topology | None = None
+    unschedulable: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", _frozen_map(self.labels))
+        object.__setattr__(self, "capacity", _frozen_map(self.capacity))
+        object.__setattr__(self, "allocatable", _frozen_map(self.allocatable))
+        object.__setattr__(self, "taints", tuple(self.taints))
+
+    @property
+    def gpu_resources(self) -> dict[str, int]:
+        """Allocatable `nvidia.com/*` resources (whole GPUs, MIG devices, shared replicas)."""
+        return {k: v for k, v in self.allocatable.items() if k.startswith("nvidia.com/")}
+
+    @property
+    def nvlink_group(self) -> int:
+        """GPUs in the largest NVLink clique: from `topology`, else from the topology label."""
+        if self.topology is not None:
+            return self.topology.largest_nvlink_clique()
+        return nvlink_size(self.labels.get(DEFAULT_TOPOLOGY_KEY, "")) or 0
+
+    def to_dict(self) -> dict:
+        """Plain data in the inventory file format (schemas/inventory.schema.json)."""
+        d: dict = {"name": self.name}
+        if self.labels:
+            d["labels"] = dict(sorted(self.labels.items()))
+        if self.taints:
+            d["taints"] = [t.to_dict() for t in self.taints]
+        if self.unschedulable:
+            d["unschedulable"] = True
+        d["capacity"] = {k: format_amount(k, v) for k, v in sorted(self.capacity.items())}
+        d["allocatable"] = {k: format_amount(k, v) for k, v in sorted(self.allocatable.items())}
+        d["gpu"] = self.gpu.to_dict()
+        if self.topology is not None:
+            d["topology"] = self.topology.to_dict()
+        return d
+
+    def to_k8s_node(self) -> dict:
+        """A Kubernetes `v1/Node` object with these labels, taints and resources.
+
+        For fake nodes (kwok) in tests; status carries capacity and allocatable.
+        """
+        node: dict = {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": self.name, "labels": dict(self.labels)},
+            "spec": {},
+            "status": {
+                "capacity": {k: str(format_amount(k, v)) for k, v in self.capacity.items()},
+                "allocatable": {k: str(format_amount(k, v)) for k, v in self.allocatable.items()},
+            },
+        }
+        if self.taints:
+            node["spec"]["taints"] = [t.to_dict() for t in self.taints]
+        if self.unschedulable:
+            node["spec"]["unschedulable"] = True
+        return node
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The GPU-relevant view of a cluster: its nodes, in a stable (name) order."""
+
+    nodes: tuple[Node, ...]
+    source: str | None = field(default=None, compare=False)  # where it was read from, for messages
+
+    def __post_init__(self) -> None:
+        nodes = tuple(sorted(self.nodes, key=lambda n: n.name))
+        names = [n.name for n in nodes]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise InventoryError(f"node names must be unique; repeated: {', '.join(dupes)}", source=self.source)
+        object.__setattr__(self, "nodes", nodes)
+
+    def node(self, name: str) -> Node:
+        """The node called `name`, else an InventoryError."""
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise InventoryError(f"no node named {name!r} in the inventory", source=self.source)
+
+    def total(self, resource: str) -> int:
+        """Sum of allocatable `resource` over all schedulable nodes."""
+        return sum(n.allocatable.get(resource, 0) for n in self.nodes if not n.unschedulable)
+
+    def to_dict(self) -> dict:
+        """The documented dict form (schemas/inventory.schema.json)."""
+        return {"apiVersion": API_VERSION, "kind": KIND, "nodes": [n.to_dict() for n in self.nodes]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping, source: str | None = None) -> "Inventory":
+        """Validate against schemas/inventory.schema.json and build the Inventory."""
+        _validate(data, source)
+        nodes = []
+        for i, nd in enumerate(data["nodes"]):
+            where = f"nodes[{i}]"
+            try:
+                capacity = {k: resource_amount(k, v) for k, v in (nd.get("capacity") or {}).items()}
+                allocatable = {k: resource_amount(k, v) for k, v in (nd.get("allocatable") or {}).items()}
+            except ValueError as exc:
+                raise InventoryError(str(exc), source=source, field=where) from None
+            if "allocatable" not in nd:
+                allocatable = dict(capacity)
+            labels = dict(nd.get("labels") or {})
+            gpu = GpuInfo.from_dict(nd["gpu"]) if "gpu" in nd else gpu_info_from_labels(labels, allocatable)
+            topology = None
+            if "topology" in nd:
+                try:
+                    topology = Topology.from_dict(nd["topology"])
+                except GpuValuesError as exc:
+                    raise InventoryError(exc.message, source=source, field=f"{where}.topology") from None
+            taints = tuple(Taint(t["key"], t["effect"], t.get("value", "")) for t in nd.get("taints") or ())
+            nodes.append(Node(name=nd["name"], labels=labels, taints=taints, capacity=capacity,
+                              allocatable=allocatable, gpu=gpu, topology=topology,
+                              unschedulable=bool(nd.get("unschedulable", False))))
+        return cls(tuple(nodes), source=source)
+
+
+def _validate(data: Any, source: str | None) -> None:
+    errors = sorted(validator_for(load_schema(INVENTORY_SCHEMA)).iter_errors(data),
+                    key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        path = format_path(err.absolute_path) if err.absolute_path else None
+        raise InventoryError(err.message, source=source, field=path)
+
+
+# -- GFD labels ------------------------------------------------------------------------
+def _int_label(labels: Mapping[str, str], key: str) -> int | None:
+    value = labels.get(key)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def gpu_info_from_labels(labels: Mapping[str, str], allocatable: Mapping[str, int]) -> GpuInfo:
+    """GPU facts from GFD labels, falling back to the node's allocatable resources."""
+    product = labels.get("nvidia.com/gpu.product")
+    strategy = labels.get("nvidia.com/mig.strategy", "none")
+    profiles: dict[str, int] = {}
+    for key, value in labels.items():
+        m = re.fullmatch(r"nvidia\.com/mig-(.+)\.count", key)
+        if m:
+            try:
+                profiles[m.group(1)] = int(value)
+            except ValueError:
+                pass
+    for res, amount in allocatable.items():
+        if res.startswith(MIG_PREFIX):  # no count label: devices = resource / sharing replicas
+            profile = res[len(MIG_PREFIX):].removesuffix(".shared")
+            replicas = _int_label(labels, f"nvidia.com/mig-{profile}.replicas") or 1
+            profiles.setdefault(profile, amount // replicas)
+    count = _int_label(labels, "nvidia.com/gpu.count")
+    if strategy == "single" and product and "-MIG-" in product:
+        profile = product.split("-MIG-", 1)[1]
+        if profile != "INVALID":
+            profiles[profile] = count if count is not None else allocatable.get(GPU, 0)
+    if count is None:
+        count = allocatable.get(GPU, 0) or allocatable.get(GPU + ".shared", 0)
+    mig_capable = labels.get("nvidia.com/mig.capable")
+    return GpuInfo(
+        product=product,
+        count=count,
+        memory_mib=_int_label(labels, "nvidia.com/gpu.memory"),
+        mig_capable=None if mig_capable is None else mig_capable == "true",
+        mig_strategy=strategy if strategy in ("none", "single", "mixed") else "none",
+        mig_profiles=profiles,
+        replicas=_int_label(labels, "nvidia.com/gpu.replicas") or 1,
+        sharing_strategy=labels.get("nvidia.com/gpu.sharing-strategy", "none"),
+    )
+
+
+# -- kubectl -----------------------------------------------------------------------------
+def _node_from_k8s(obj: Mapping, source: str | None, where: str) -> Node:
+    def mapping(value: Any, field: str) -> Mapping:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise InventoryError(f"expected a map, found {type(value).__name__}", source=source,
+                                 field=f"{where}.{field}")
+        return value
+
+    meta = mapping(obj.get("metadata"), "metadata")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise InventoryError("node without a metadata.name string", source=source, field=f"{where}.metadata.name")
+    spec = mapping(obj.get("spec"), "spec")
+    status = mapping(obj.get("status"), "status")
+
+    def resources(key: str) -> dict[str, int]:
+        out = {}
+        for res, value in mapping(status.get(key), f"status.{key}").items():
+            if isinstance(res, str) and (res in _KEEP_BASIC or "/" in res):
+                try:
+                    out[res] = resource_amount(res, value)
+                except ValueError as exc:
+                    raise InventoryError(str(exc), source=source, field=f"{where}.status.{key}") from None
+        return out
+
+    capacity = resources("capacity")
+    allocatable = resources("allocatable") if "allocatable" in status else dict(capacity)
+    taints = []
+    raw_taints = spec.get("taints") or ()
+    if not isinstance(raw_taints, (list, tuple)):
+        raise InventoryError("expected a list", source=source, field=f"{where}.spec.taints")
+    for j, t in enumerate(raw_taints):
+        if not isinstance(t, Mapping) or t.get("effect") not in TAINT_EFFECTS or not isinstance(t.get("key"), str) \
+                or not t.get("key") or not isinstance(t.get("value") or "", str):
+            raise InventoryError(f"taint needs a key and an effect in {TAINT_EFFECTS}",
+                                 source=source, field=f"{where}.spec.taints[{j}]")
+        taints.append(Taint(t["key"], t["effect"], t.get("value") or ""))
+    labels = dict(mapping(meta.get("labels"), "metadata.labels"))
+    bad = [k for k, v in labels.items() if not isinstance(k, str) or not isinstance(v, str)]
+    if bad:
+        raise InventoryError(f"label {bad[0]!r}: keys and values must be strings", source=source,
+                             field=f"{where}.metadata.labels")
+    return Node(name=name, labels=labels, taints=tuple(taints), capacity=capacity, allocatable=allocatable,
+                gpu=gpu_info_from_labels(labels, allocatable), unschedulable=bool(spec.get("unschedulable")))
+
+
+def from_kubectl_json(data: Any, source: str | None = None) -> Inventory:
+    """Inventory from `kubectl get nodes -o json` (text or parsed), or a single Node."""
+    if isinstance(data, (str, bytes)):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise InventoryError(f"not JSON: {exc.msg}", source=source, line=exc.lineno, column=exc.colno) from None
+    if not isinstance(data, Mapping):
+        raise InventoryError("expected a JSON object (kubectl get nodes -o json)", source=source)
+    if data.get("kind") == "Node":
+        items = [data]
+    elif isinstance(data.get("items"), list):
+        items = data["items"]
+    else:
+        raise InventoryError("expected a NodeList/List with items, or a Node", source=source, field="kind")
+    nodes = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping) or item.get("kind", "Node") != "Node":
+            raise InventoryError("list item is not a Node", source=source, field=f"items[{i}]")
+        try:
+            nodes.append(_node_from_k8s(item, source, f"items[{i}]"))
+        except (AttributeError, TypeError) as exc:  # a list where a map belongs, and the like
+            raise InventoryError(f"malformed Node ({exc})", source=source, field=f"items[{i}]") from None
+    return Inventory(tuple(nodes), source=source)
+
+
+# -- nvidia-smi ------------------------------------------------------------------------------
+def _mib(value: str) -> int:
+    m = re.fullmatch(r"\s*(\d+)\s*(MiB)?\s*", value)
+    if not m:
+        raise InventoryError(f"memory.total {value!r} is not '<n> MiB'")
+    return int(m.group(1))
+
+
+def node_from_nvidia_smi(name: str, query_csv: str, topo_text: str | None = None, *,
+                         labels: Mapping[str, str] | None = None, taints: Iterable[Taint] = (),
+                         source: str | None = None, topology_key: str = DEFAULT_TOPOLOGY_KEY) -> Node:
+    """One node from `nvidia-smi --query-gpu=index,name,memory.total[,mig.mode.current] --format=csv`.
+
+    The CSV needs its header line (no `noheader`). `topo_text` (`nvidia-smi topo -m`)
+    adds the topology and its labels. Labels follow GFD so fit and the chart's
+    selectors see the same keys as on a real cluster.
+    """
+    rows = list(csv.reader(io.StringIO(query_csv.strip())))
+    if not rows or not rows[0]:
+        raise InventoryError("empty nvidia-smi CSV", source=source, line=1)
+    header = [re.sub(r"\s*\[.*?\]\s*$", "", h.strip()) for h in rows[0]]
+    if "name" not in header or "memory.total" not in header:
+        raise InventoryError("CSV header must include name and memory.total "
+                             "(nvidia-smi --query-gpu=index,name,memory.total,mig.mode.current --format=csv)",
+                             source=source, line=1)
+    gpus = []
+    for lineno, row in enumerate(rows[1:], start=2):
+        if not row or not "".join(row).strip():
+            continue
+        if len(row) != len(header):
+            raise InventoryError(f"{len(row)} fields, the header has {len(header)}", source=source, line=lineno)
+        rec = {h: v.strip() for h, v in zip(header, row)}
+        try:
+            mem = _mib(rec["memory.total"])
+        except ValueError as exc:
+            raise InventoryError(str(exc), source=source, line=lineno, field="memory.total") from None
+        mig = rec.get("mig.mode.current")
+        if mig == "Enabled":
+            raise InventoryError("MIG is enabled on this GPU and --query-gpu does not list MIG devices; "
+                                 "build this node from `kubectl get nodes -o json` instead",
+                                 source=source, line=lineno, field="mig.mode.current")
+        gpus.append((rec["name"], mem, mig, lineno))
+    if not gpus:
+        raise InventoryError("no GPU rows in the nvidia-smi CSV", source=source, line=len(rows))
+    products = sorted({g[0] for g in gpus})
+    if len(products) > 1:
+        raise InventoryError(f"mixed GPU models on one node ({', '.join(products)}); "
+                             "GFD labels describe one model per node", source=source, line=gpus[0][3])
+    count = len(gpus)
+    node_labels = {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": gfd_product_label(products[0]),
+        "nvidia.com/gpu.count": str(count),
+        "nvidia.com/gpu.memory": str(min(g[1] for g in gpus)),
+    }
+    migs = {g[2] for g in gpus}
+    if migs & {"Enabled", "Disabled"}:
+        node_labels["nvidia.com/mig.capable"] = "true"
+    elif migs and migs <= {"[N/A]", "N/A"}:
+        node_labels["nvidia.com/mig.capable"] = "false"
+    topology = None
+    if topo_text is not None:
+        topology = parse_topo_matrix(topo_text, source=f"{source}:topo" if source else f"{name}:topo")
+        if len(topology.gpus) != count:
+            raise InventoryError(f"topo -m shows {len(topology.gpus)} GPUs but the CSV lists {count}",
+                                 source=source, field="topology")
+        node_labels.update(topology.labels(key=topology_key))
+    node_labels.update(labels or {})
+    resources = {GPU: count}
+    return Node(name=name, labels=node_labels, taints=tuple(taints), capacity=resources, allocatable=resources,
+                gpu=gpu_info_from_labels(node_labels, resources), topology=topology)
+
+
+def from_nvidia_smi(per_node: Mapping[str, tuple[str, str | None]], source: str | None = None) -> Inventory:
+    """Inventory from `{node name: (query CSV text, topo -m text or None)}`."""
+    nodes = [node_from_nvidia_smi(name, csv_text, topo, source=f"{source}:{name}" if source else name)
+             for name, (csv_text, topo) in per_node.items()]
+    return Inventory(tuple(nodes), source=source)
+
+

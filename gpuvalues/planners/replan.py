@@ -1,0 +1,456 @@
+"""Re-plan a running fleet with the fewest changes (issue 17): `milp.replan` lives here.
+
+Changing a node's MIG layout means draining it, so a re-plan should keep as many nodes as it
+can. The model is the planner's configuration ILP (`gpuvalues.planners.milp`) with the fleet's
+current layout added, node by node:
+
+    keep[k,c]  integer in [0, N(k,c)]   nodes of pool k with current config c left untouched
+    y[k,L']    integer >= 0             GPUs of kept nodes, with current layout L', that serve
+                                        something:  y[k,L'] <= sum_c mult(c,L') keep[k,c]
+    x[k,L]     integer >= 0             GPUs of changed nodes given a new layout L:
+                                        sum_L x[k,L] <= gpus_per_node(k) * (N(k) - sum_c keep[k,c])
+    z[k,p,m]   integer >= 0             instances of type p serving model m, as in `plan`
+    instances used <= built by x and y; every model's need met; change budgets:
+    sum_k changes(k) <= max_node_changes, changes(k) <= max_unavailable_per_pool.
+
+Lexicographic: first the fewest GPUs (sum x + y; identical to `plan`'s optimum when no
+budget binds, since a changed node can take any layout), then, with GPUs <= that optimum +
+`gpu_slack`, the fewest changed nodes. Both LP relaxations are reported as bounds. Nodes a
+pool has but the current layout does not list are unconfigured: configuring one is a change
+(it gets a label), but it displaces no pods.
+
+Public API (frozen dataclasses, pure):
+- `CurrentNode(name, pool, config, gpus, pods=None)`: `gpus[i]` is GPU i's mig-devices
+  (`{"3g.40gb": 2}`; `{}` MIG on with no instances; None MIG off); `pods` GPU pods on it if known.
+- `CurrentLayout(nodes, source=None)`; `gpuvalues.io.current` reads both file forms into it.
+- `replan(demands, pools, current, *, gpu_slack=0, max_node_changes=None,
+  max_unavailable_per_pool=None, time_limit=30.0)` -> `Replan`; `PlanError` when no plan fits
+  (the budget that binds is named).
+- `Replan.to_dict()`; `Replan.plan` is a `milp.Plan` of the result (configs and labels for
+  every node config in use, kept ones under their current names).
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter, defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import highspy
+import numpy as np
+
+from gpuvalues.catalog import get_gpu
+from gpuvalues.errors import PlanError
+from gpuvalues.planners import deviceplugin, mig, migparted
+from gpuvalues.planners import milp
+
+
+@dataclass(frozen=True)
+class CurrentNode:
+    """One node as it runs now: its pool, its `nvidia.com/mig.config` and per-GPU mig-devices."""
+
+    name: str
+    pool: str
+    config: str | None
+    gpus: tuple[Mapping[str, int] | None, ...]
+    pods: int | None = None
+
+    @property
+    def signature(self) -> tuple:
+        """The per-GPU layouts as hashable data (two nodes alike have the same signature)."""
+        return tuple(None if g is None else tuple(sorted((p, c) for p, c in g.items() if c)) for g in self.gpus)
+
+
+@dataclass(frozen=True)
+class CurrentLayout:
+    """The fleet's current MIG layout, node by node."""
+
+    nodes: tuple[CurrentNode, ...]
+    source: str | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Replan:
+    """A re-plan: the new plan, what changes, and the LP bounds on both objectives."""
+
+    plan: milp.Plan
+    gpus_used: int
+    gpus_optimum: int              # fewest GPUs under the budgets (first objective)
+    gpus_lp_bound: float
+    nodes_changed: tuple[str, ...]
+    changes_lp_bound: float        # LP bound on node changes with GPUs <= optimum + slack
+    pods_displaced: int
+    pods_estimated: bool           # True when some changed node did not say its pods
+    node_configs: Mapping[str, str | None]   # None: an unlisted node left unconfigured
+    previous_configs: Mapping[str, str | None]
+    changes_by_pool: Mapping[str, int]
+    optimal: bool
+    solve_seconds: float
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        """Plain data for JSON/YAML output."""
+        return {
+            "gpus_used": self.gpus_used, "gpus_optimum": self.gpus_optimum,
+            "gpus_lp_bound": round(self.gpus_lp_bound, 3),
+            "nodes_changed": len(self.nodes_changed), "changes_lp_bound": round(self.changes_lp_bound, 3),
+            "pods_displaced": self.pods_displaced, "pods_estimated": self.pods_estimated,
+            "optimal": self.optimal, "solve_seconds": round(self.solve_seconds, 4),
+            "changes_by_pool": dict(self.changes_by_pool),
+            "changes": [{"node": n, "from": self.previous_configs.get(n), "to": self.node_configs[n]}
+                        for n in self.nodes_changed],
+            "node_configs": dict(sorted(self.node_configs.items())),
+            "warnings": list(self.warnings),
+            "plan": self.plan.to_dict(),
+        }
+
+
+@dataclass
+class _Group:
+    pool: int
+    signature: tuple
+    config: str | None
+    nodes: list[CurrentNode]
+    keys: Counter          # per-GPU usable layout key -> GPUs per node
+    listed: bool = True
+
+
+def _usable_key(devices: Mapping[str, int] | None, mode: str, names: set[str], r: int | None) -> tuple | None:
+    """A current GPU's layout as a planner layout key over the usable instance types."""
+    if mode == "whole":
+        return ((milp.WHOLE, 1),) if devices is None else None
+    if mode in ("time-slicing", "mps"):
+        return ((milp.SHARED, r),) if devices is None else None
+    if devices is None:
+        return None
+    key = tuple(sorted((p, c) for p, c in devices.items() if c and p in names))
+    return key or None
+
+
+def _groups(model, current: CurrentLayout) -> list[list[_Group]]:
+    pools = model.pools
+    index = {p.name: k for k, p in enumerate(pools)}
+    by_pool: list[dict[tuple, _Group]] = [dict() for _ in pools]
+    for node in current.nodes:
+        if node.pool not in index:
+            raise PlanError(f"current layout: node {node.name!r} is in pool {node.pool!r}, which the spec does not "
+                            f"have (pools: {', '.join(index)})", source=current.source, field=f"nodes.{node.name}")
+        k = index[node.pool]
+        if len(node.gpus) != pools[k].gpus_per_node:
+            raise PlanError(f"current layout: node {node.name!r} lists {len(node.gpus)} GPUs but pool "
+                            f"{node.pool!r} has {pools[k].gpus_per_node} per node", source=current.source,
+                            field=f"nodes.{node.name}")
+        g = by_pool[k].setdefault((node.signature, node.config), _Group(k, node.signature, node.config, [], Counter()))
+        g.nodes.append(node)
+    out = []
+    for k, pool in enumerate(pools):
+        names = {it.name for it in model.itypes[k]}
+        groups = list(by_pool[k].values())
+        listed = sum(len(g.nodes) for g in groups)
+        if listed > pool.nodes:
+            raise PlanError(f"current layout lists {listed} nodes in pool {pool.name!r}, which has {pool.nodes}",
+                            source=current.source, field=f"pools.{pool.name}.nodes")
+        if listed < pool.nodes:   # the pool's other nodes have no config yet
+            placeholder = [CurrentNode(f"{pool.name}-unlisted-{i + 1}", pool.name, None,
+                                       (None,) * pool.gpus_per_node, 0) for i in range(pool.nodes - listed)]
+            groups.append(_Group(k, (None,) * pool.gpus_per_node, None, placeholder, Counter(), listed=False))
+        for g in groups:
+            for dev in g.nodes[0].gpus:
+                key = _usable_key(dev, model.modes[k], names, model.shared_r[k])
+                if key is not None and (g.listed or model.modes[k] != "mig"):
+                    g.keys[key] += 1
+        out.append(groups)
+    return out
+
+
+def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node_changes, max_unavailable,
+          integer: bool, time_limit: float):
+    """Build and solve one stage; returns (status, objective, solution, columns, mip bound)."""
+    cols: list[tuple] = []
+    cur_keys: list[list[tuple]] = []
+    for k, keys in enumerate(model.layouts):
+        for li in range(len(keys)):
+            cols.append(("x", k, li))
+        ck = sorted({key for g in groups[k] for key in g.keys}, key=str)
+        cur_keys.append(ck)
+        for ci in range(len(ck)):
+            cols.append(("y", k, ci))
+        for gi in range(len(groups[k])):
+            cols.append(("keep", k, gi))
+    for (k, it, m) in sorted(model.weights):
+        cols.append(("z", k, it, m))
+    col = {c: i for i, c in enumerate(cols)}
+    n = len(cols)
+    inf = highspy.kHighsInf
+    lower, upper, cost = np.zeros(n), np.full(n, inf), np.zeros(n)
+    for c, i in col.items():
+        if c[0] == "keep":
+            upper[i] = len(groups[c[1]][c[2]].nodes)
+    rows_lo, rows_hi, starts, index, value = [], [], [0], [], []
+
+    def add_row(entries, lo, hi):
+        for j, v in entries:
+            index.append(j)
+            value.append(v)
+        starts.append(len(index))
+        rows_lo.append(lo)
+        rows_hi.append(hi)
+
+    gpu_entries, change_terms, change_const = [], [], 0.0
+    for k, keys in enumerate(model.layouts):
+        pool = model.pools[k]
+        xs = [col[("x", k, li)] for li in range(len(keys))]
+        ys = [col[("y", k, ci)] for ci in range(len(cur_keys[k]))]
+        kp = [(col[("keep", k, gi)], g) for gi, g in enumerate(groups[k])]
+        gpu_entries += [(j, 1.0) for j in xs + ys]
+        # new layouts only on changed nodes: sum x + gpn * sum keep <= gpn * N
+        add_row([(j, 1.0) for j in xs] + [(j, float(pool.gpus_per_node)) for j, _ in kp], -inf,
+                float(pool.gpus_per_node * pool.nodes))
+        for ci, key in enumerate(cur_keys[k]):   # kept GPUs used <= kept GPUs with that layout
+            add_row([(col[("y", k, ci)], 1.0)] + [(j, -float(g.keys.get(key, 0))) for j, g in kp], -inf, 0.0)
+        for it in model.itypes[k]:
+            z = [(col[("z", k, it.name, m)], 1.0) for m in range(len(demands)) if ("z", k, it.name, m) in col]
+            if not z:
+                continue
+            built = [(col[("x", k, li)], -float(dict(key).get(it.name, 0))) for li, key in enumerate(keys)
+                     if dict(key).get(it.name, 0)]
+            built += [(col[("y", k, ci)], -float(dict(key).get(it.name, 0))) for ci, key in enumerate(cur_keys[k])
+                      if dict(key).get(it.name, 0)]
+            add_row(z + built, -inf, 0.0)
+        # changes(k) = N(k) - sum keep
+        if max_unavailable is not None:
+            add_row([(j, 1.0) for j, _ in kp], float(pool.nodes - max_unavailable), inf)
+        change_terms += [(j, -1.0) for j, _ in kp]
+        change_const += pool.nodes
+    for m, d in enumerate(demands):
+        add_row([(col[("z", k, it, mm)], w) for (k, it, mm), w in model.weights.items() if mm == m],
+                milp._need(d), inf)
+    if max_node_changes is not None:   # sum keep >= N - budget
+        add_row([(j, 1.0) for j, _ in change_terms], float(change_const - max_node_changes), inf)
+    if stage == 1:
+        for j, _ in gpu_entries:
+            cost[j] = 1.0
+        offset = 0.0
+    else:
+        add_row(gpu_entries, -inf, float(gpu_cap))
+        for j, v in change_terms:
+            cost[j] = v
+        offset = change_const
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = n, len(rows_lo)
+    lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, lower, upper
+    lp.offset_ = offset
+    lp.row_lower_, lp.row_upper_ = np.array(rows_lo, dtype=float), np.array(rows_hi, dtype=float)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
+    lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
+    lp.a_matrix_.value_ = np.array(value, dtype=float)
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, len(rows_lo)
+    if integer:
+        lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+    h = milp._new_highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    h.setOptionValue("random_seed", 0)
+    h.setOptionValue("time_limit", max(float(time_limit), 1e-3))
+    if integer:
+        h.setOptionValue("mip_rel_gap", 0.0)
+        h.setOptionValue("mip_abs_gap", 0.999)   # both objectives are integers
+    h.passModel(lp)
+    h.run()
+    status, info = h.getModelStatus(), h.getInfo()
+    sol = np.array(h.getSolution().col_value) if info.primal_solution_status == 2 else None
+    bound = float(info.mip_dual_bound) if integer else float(info.objective_function_value)
+    return status, float(info.objective_function_value), sol, cols, cur_keys, bound
+
+
+def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.NodePool], current: CurrentLayout, *,
+           gpu_slack: int = 0, max_node_changes: int | None = None, max_unavailable_per_pool: int | None = None,
+           time_limit: float = 30.0) -> Replan:
+    """Re-plan with the fewest GPUs (within `gpu_slack`), then the fewest node reconfigurations."""
+    demands, pools = list(demands), list(pools)
+    milp._check_inputs(demands, pools)
+    for name, v in (("gpu_slack", gpu_slack), ("max_node_changes", max_node_changes),
+                    ("max_unavailable_per_pool", max_unavailable_per_pool)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            raise PlanError(f"{name} must be a non-negative integer, got {v!r}", field=name)
+    if not time_limit > 0:
+        raise PlanError(f"time limit must be > 0 seconds, got {time_limit!r}", field="time_limit")
+    t0 = time.perf_counter()
+    model = milp._build(demands, pools, "optimal")
+    for m, d in enumerate(demands):
+        if milp._need(d) > 0 and not any(mm == m for (_, _, mm) in model.weights):
+            raise milp._diagnose(model, demands, [1.0] * len(pools))
+    groups = _groups(model, current)
+    budgets = dict(max_node_changes=max_node_changes, max_unavailable=max_unavailable_per_pool)
+    st_lp, lp1, _, _, _, _ = _milp(model, demands, groups, stage=1, gpu_cap=None, integer=False,
+                                   time_limit=time_limit, **budgets)
+    if st_lp != highspy.HighsModelStatus.kOptimal:
+        if max_node_changes is None and max_unavailable_per_pool is None:
+            raise milp._diagnose(model, demands, [1.0] * len(pools))
+        raise _budget_error(model, demands, groups, max_node_changes, max_unavailable_per_pool)
+    left = lambda: time_limit - (time.perf_counter() - t0)  # noqa: E731
+    st1, g1, sol1, cols, cur_keys, b1 = _milp(model, demands, groups, stage=1, gpu_cap=None, integer=True,
+                                              time_limit=left(), **budgets)
+    if sol1 is None:
+        if st1 == highspy.HighsModelStatus.kTimeLimit:
+            raise PlanError(f"no re-plan found within the time limit ({time_limit:g} s): raise it", field="time_limit")
+        raise _budget_error(model, demands, groups, max_node_changes, max_unavailable_per_pool)
+    gpus_opt = int(round(g1))
+    cap = gpus_opt + gpu_slack
+    _, lp2, _, _, _, _ = _milp(model, demands, groups, stage=2, gpu_cap=cap, integer=False,
+                               time_limit=max(left(), 1e-3), **budgets)
+    st2, c2, sol2, cols, cur_keys, b2 = _milp(model, demands, groups, stage=2, gpu_cap=cap, integer=True,
+                                              time_limit=max(left(), 1e-3), **budgets)
+    optimal = st1 == highspy.HighsModelStatus.kOptimal and st2 == highspy.HighsModelStatus.kOptimal
+    sol = sol2 if sol2 is not None else sol1
+    warnings = [] if optimal else [f"solver stopped at the time limit ({time_limit:g} s); the re-plan is valid but "
+                                   "may not be minimal"]
+    return _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, optimal,
+                   time.perf_counter() - t0, warnings)
+
+
+def _budget_error(model, demands, groups, max_node_changes, max_unavailable) -> PlanError:
+    """Which budget makes the re-plan impossible (the fleet itself can serve the mix)."""
+    free, _, _, _, _, _ = _milp(model, demands, groups, stage=1, gpu_cap=None, integer=False, time_limit=30.0,
+                                max_node_changes=None, max_unavailable=None)
+    if free != highspy.HighsModelStatus.kOptimal:
+        return milp._diagnose(model, demands, [1.0] * len(model.pools))
+    # the fewest changes with no GPU objective: what the budget would have to allow
+    st, need, _, _, _, _ = _milp(model, demands, groups, stage=2, gpu_cap=highspy.kHighsInf, integer=True,
+                                 time_limit=30.0, max_node_changes=None, max_unavailable=None)
+    need_txt = f"at least {int(round(need))} node changes" if st == highspy.HighsModelStatus.kOptimal else "more changes"
+    names = []
+    if max_node_changes is not None:
+        names.append(f"--max-node-changes {max_node_changes}")
+    if max_unavailable is not None:
+        names.append(f"--max-unavailable-per-pool {max_unavailable}")
+    return PlanError(f"no re-plan fits the drain budget ({', '.join(names)}): serving the new demand needs "
+                     f"{need_txt} in total. Raise the budget or lower replicas/throughput", field="max_node_changes")
+
+
+def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, optimal, secs, warnings) -> Replan:
+    val = {c: int(round(v)) for c, v in zip(cols, sol) if round(v) > 0}
+    x = {(c[1], c[2]): v for c, v in val.items() if c[0] == "x"}
+    z = {(c[1], c[2], c[3]): v for c, v in val.items() if c[0] == "z"}
+    z = milp._trim(z, model, demands)
+    pool_plans, node_cfg, prev, changed, labels, node_configs = [], {}, {}, [], {}, {}
+    dp_configs: dict[str, dict] = {}
+    pods, estimated = 0, False
+    by_pool: dict[str, int] = {}
+    used_names = {g.config for gs in groups for g in gs if g.config}
+    for k, pool in enumerate(model.pools):
+        gpu = get_gpu(pool.gpu)
+        mode = model.modes[k]
+        # which nodes of each group change: the ones with the fewest pods first
+        kept_nodes, changing = [], []
+        for gi, g in enumerate(groups[k]):
+            keep = val.get(("keep", k, gi), 0)
+            order = sorted(g.nodes, key=lambda nd: (nd.pods if nd.pods is not None else math.inf, nd.name),
+                           reverse=True)
+            kept_nodes += [(nd, g) for nd in order[:keep]]
+            changing += [(nd, g) for nd in order[keep:]]
+        # GPUs: used kept ones (y) and new layouts (x), models assigned run by run
+        queues: dict[str, deque] = defaultdict(deque)
+        for (kk, it, m), v in sorted(z.items()):
+            if kk == k and v > 0:
+                queues[it].append([demands[m].name, v])
+        counted: Counter = Counter()
+        layouts = {}
+        runs = [(key, val.get(("y", k, ci), 0)) for ci, key in enumerate(cur_keys[k])]
+        runs += [(key, x.get((k, li), 0)) for li, key in enumerate(model.layouts[k])]
+        for key, cnt in runs:
+            if not cnt:
+                continue
+            if mode == "mig":
+                placements = tuple(mig.place(gpu, dict(key)))
+                layouts[key] = mig.Layout(gpu.name, placements)
+                slots = [(pl.profile, pl.start) for pl in placements]
+            else:
+                (it, nn), = key
+                slots = [(it, i) for i in range(nn)]
+            for models, rep in milp._assign_runs(slots, queues, cnt):
+                counted[(key, tuple(milp.Instance(it, st, md) for (it, st), md in zip(slots, models)))] += rep
+        gpu_groups = tuple(milp.GpuGroup(pool.name, layouts.get(key), inst, n)
+                           for (key, inst), n in sorted(counted.items(), key=lambda kv: (-kv[1], str(kv[0]))))
+        # node configs: kept nodes keep theirs; changed nodes get the new layouts in node-sized chunks
+        new_keys = sorted(((key, v) for (kk, li), v in x.items() if kk == k
+                           for key in [model.layouts[k][li]]), key=lambda kv: str(kv[0]))
+        chunks: list[tuple] = []
+        for devs, cnt in sorted(milp._chunk_nodes(new_keys, pool.gpus_per_node).items(), key=lambda kv: str(kv[0])):
+            chunks += [devs] * cnt
+        chunks += [(None,) * pool.gpus_per_node] * (len(changing) - len(chunks))
+        sig_names = {g.signature: g.config for g in groups[k] if g.config and g.listed}
+        for (nd, g) in kept_nodes:
+            # an unlisted node left alone stays unconfigured (None); whole/shared pools need no MIG config
+            name = g.config or (pool.name if mode != "mig" else None)
+            node_configs[nd.name] = name
+            prev[nd.name] = nd.config
+            if g.listed and g.config:
+                node_cfg[name] = [dict(d) if d is not None else None for d in nd.gpus]
+        fresh = 0
+        for (nd, g), devs in zip(sorted(changing, key=lambda t: t[0].name), chunks):
+            mig_devs = [dict(d) if d is not None else ({} if mode == "mig" else None) for d in devs]
+            sig = tuple(None if d is None else tuple(sorted((p, c) for p, c in d.items() if c)) for d in mig_devs)
+            name = sig_names.get(sig)
+            if name is None:
+                fresh += 1
+                name = f"{pool.name}-r{fresh}"[:63]
+                while name in used_names:
+                    fresh += 1
+                    name = f"{pool.name}-r{fresh}"[:63]
+                used_names.add(name)
+                sig_names[sig] = name
+            node_cfg[name] = mig_devs
+            node_configs[nd.name] = name
+            prev[nd.name] = nd.config
+            if name != nd.config or sig != nd.signature:
+                changed.append(nd.name)
+                by_pool[pool.name] = by_pool.get(pool.name, 0) + 1
+                if nd.pods is None:
+                    estimated = True
+                    pods += sum(sum(d.values()) for d in nd.gpus if d)   # one pod per instance: an upper bound
+                else:
+                    pods += nd.pods
+        # node groups for the plan
+        ncount = Counter((node_configs[nd.name],) for nd, _ in kept_nodes + changing
+                         if node_configs[nd.name] is not None)
+        ngroups = tuple(milp.NodeGroup(pool.name, name, cnt, tuple(
+            None if d is None else tuple(sorted(d.items())) for d in node_cfg.get(name, [None] * pool.gpus_per_node)))
+            for (name,), cnt in sorted(ncount.items()))
+        for (name,), _ in ncount.items():
+            if mode == "mig" or gpu.mig is not None:
+                labels[name] = {**migparted.node_labels(name), deviceplugin.CONFIG_LABEL: pool.name}
+            else:
+                labels[name] = {deviceplugin.CONFIG_LABEL: pool.name}
+        if mode == "mig":
+            dp_configs[pool.name] = deviceplugin.build_device_plugin_config(mig_strategy="mixed")
+        elif mode == "whole":
+            dp_configs[pool.name] = deviceplugin.build_device_plugin_config(mig_strategy="none")
+        else:
+            dp_configs[pool.name] = deviceplugin.build_device_plugin_config(sharing=mode, replicas=model.shared_r[k],
+                                                                            gpu=gpu, mig_enabled=False)
+        spare: Counter = Counter()
+        for (key, inst), n in counted.items():
+            for i in inst:
+                if i.model is None:
+                    spare[i.profile] += n
+        n_gpus = sum(counted.values())
+        pool_plans.append(milp.PoolPlan(pool, mode, n_gpus, sum(1 for nd, _ in kept_nodes + changing
+                                                                 if node_configs[nd.name] is not None),
+                                        gpu_groups, ngroups, dict(spare), 0, model.shared_r[k]))
+    served = {d.name: float(sum(v * model.weights[(k, it, mm)] for (k, it, mm), v in z.items() if mm == m))
+              for m, d in enumerate(demands)}
+    mig_cfg = {n: d for n, d in node_cfg.items() if any(dd is not None for dd in d)} or None
+    mp = migparted.build_mig_parted_config(mig_cfg) if mig_cfg else None
+    gpus_used = sum(p.gpus_used for p in pool_plans)
+    new_plan = milp.Plan(objective="gpus", pools=tuple(pool_plans), gpus_used=gpus_used, cost=float(gpus_used),
+                         lp_bound=lp1, mip_bound=float(gpus_opt), gap=0.0 if optimal else float("nan"),
+                         optimal=optimal, solve_seconds=secs, served=served, baselines=(),
+                         warnings=tuple(warnings + milp._warnings(model, demands)), mig_parted_config=mp,
+                         node_labels=labels, device_plugin_configs=dp_configs)
+    return Replan(plan=new_plan, gpus_used=gpus_used, gpus_optimum=gpus_opt, gpus_lp_bound=lp1,
+                  nodes_changed=tuple(sorted(changed)), changes_lp_bound=lp2, pods_displaced=pods,
+                  pods_estimated=estimated, node_configs=node_configs, previous_configs=prev,
+                  changes_by_pool=by_pool, optimal=optimal, solve_seconds=secs, warnings=tuple(warnings))

@@ -1,0 +1,558 @@
+"""GPU topology from `nvidia-smi topo -m`: links, NVLink cliques, node labels, GPU choice.
+
+`parse_topo_matrix(text)` reads the matrix in every form seen in public bug reports:
+tab- or space-separated, with or without the leading tab, NIC columns named `NICn` or
+`mlx5_n`, `CPU Affinity` / `NUMA Affinity` / `GPU NUMA ID` present, absent, empty or
+`N/A`, preamble lines (a shell prompt, "76 NICs found in the topology, only displaying
+56 in the matrix.", `#` comment headers of our fixture files), the Legend and NIC Legend
+sections, ANSI escape codes, trailing spaces, and the old `SOC` spelling of `SYS`.
+
+`Topology.best_gpu_set(n)` answers "which GPUs would NVIDIA's device plugin give a pod
+asking for n GPUs" the way the plugin's best-effort policy does
+(NVIDIA/go-gpuallocator `gpuallocator/besteffort_policy.go` @876e7b7):
+
+* pair score = PCIe proximity (same board 60, PIX 50, PXB 40, PHB 30, NODE 20, SYS 10)
+  plus 100 per NVLink whose remote end is the peer GPU;
+* set score = sum of its pair scores;
+* it partitions *all* available GPUs into sets of size n (padding the last one), keeps
+  the partition with the highest total score (the first such in its enumeration order),
+  and returns that partition's best set -- so it prefers the choice that leaves the
+  rest of the node best connected for later pods, not just the best set right now.
+
+The plugin uses this policy only when every available device is a whole GPU without
+sharing replicas (k8s-device-plugin `internal/rm/nvml_manager.go`); with time-slicing,
+MPS or MIG it falls back to its simple distributed/packed policies, which this does not
+model.
+
+What `topo -m` cannot show, and what we assume instead:
+
+* An NVLinked pair's cell reads `NV<k>` and hides its PCIe level. We score that part as
+  NODE (20) when both GPUs report the same NUMA affinity and SYS (10) otherwise.
+* NVSwitch machines (DGX/HGX A100, H100, ...): every GPU's NVLinks end at a switch, so
+  the plugin's NVLink count (remote PCI bus id == peer GPU; upstream comment
+  "TODO(klueska): Handle NVSwitch semantics") is 0 for every pair, and its choice
+  falls back to PCIe/NUMA proximity. We detect a switch when a GPU's NVLink counts to
+  its peers add up to more than 18 (no GPU has more than 18 NVLink ports, so such
+  counts cannot be direct links) and score those links as 0 too, so `best_gpu_set`
+  packs GPUs by NUMA node there, as the plugin does. Every set is NVLink-connected on
+  such a machine anyway. `count_nvswitch_links=True` scores them as direct NVLinks
+  instead (what patched allocators such as coldzerofear/vgpu-manager#70 do).
+* The "same board" level (NVML TOPOLOGY_INTERNAL) has no `topo -m` spelling.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable, Sequence
+
+from gpuvalues.errors import GpuValuesError, TopologyParseError
+from gpuvalues.kube import is_label_key, is_label_value
+
+# NVML topology levels as `topo -m` prints them, closest first.
+PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
+# go-gpuallocator besteffort_policy.go calculateGPUPairScore (CrossCPU=SYS ... SameBoard).
+PCIE_SCORE = {"SAME_BOARD": 60, "PIX": 50, "PXB": 40, "PHB": 30, "NODE": 20, "SYS": 10}
+NVLINK_SCORE = 100  # per NVLink, 1..18 links
+MAX_NVLINKS_PER_GPU = 18  # Hopper/Blackwell have 18 NVLink ports, A100 12, V100 6
+
+DEFAULT_TOPOLOGY_KEY = "nvidia.com/gpu.topology"
+DEFAULT_LABEL_PREFIX = "topology.gpu-inference.io/"
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_AFFINITY_LABELS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+_HEADER = re.compile(r"(?:^|\s)GPU0(?:\s|$)")
+_GPU_COL = re.compile(r"^GPU(\d+)$")
+_PLAIN_CELLS = frozenset(("X", "PIX", "PXB", "PHB", "NODE", "SYS", "SOC"))
+_VALID_CELLS = set(_PLAIN_CELLS)  # grows by the NV<k> spellings seen (bounded)
+_CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+_NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """GPU-to-GPU links of one node, as `nvidia-smi topo -m` shows them.
+
+    `links[i][j]` is the cell between the i-th and j-th GPU of `gpus` (`X` on the
+    diagonal, `NV<k>`, `PIX`, `PXB`, `PHB`, `NODE` or `SYS`). Affinity tuples hold one
+    entry per GPU, `None` when the column is absent, empty or `N/A`.
+    """
+
+    gpus: tuple[int, ...]
+    links: tuple[tuple[str, ...], ...]
+    cpu_affinity: tuple[str | None, ...] = ()
+    numa_affinity: tuple[str | None, ...] = ()
+    gpu_numa_id: tuple[str | None, ...] = ()
+    nics: tuple[str, ...] = ()
+    gpu_nic_links: tuple[tuple[str, ...], ...] = ()
+    nic_names: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        n = len(self.gpus)
+        if len(self.links) != n or any(len(row) != n for row in self.links):
+            raise GpuValuesError(f"topology: links must be a {n}x{n} matrix")
+        for i in range(n):
+            if self.links[i][i] != "X":
+                raise GpuValuesError(f"topology: GPU{self.gpus[i]} must link to itself as X")
+            for j in range(n):
+                cell = self.links[i][j]
+                if i != j and (cell in ("X", "SOC") or not (cell in _PLAIN_CELLS or
+                                                          (cell[:2] == "NV" and cell[2:].isdigit()))):
+                    raise GpuValuesError(f"topology: bad link {cell!r} between GPU{self.gpus[i]} and GPU{self.gpus[j]}")
+                if cell != self.links[j][i]:
+                    raise GpuValuesError(f"topology: link GPU{self.gpus[i]}-GPU{self.gpus[j]} is {cell} one way "
+                                         f"and {self.links[j][i]} the other")
+        for name in ("cpu_affinity", "numa_affinity", "gpu_numa_id"):
+            value = getattr(self, name)
+            if value and len(value) != n:
+                raise GpuValuesError(f"topology: {name} needs one entry per GPU")
+
+    # -- links ------------------------------------------------------------------
+    def _pos(self, gpu: int) -> int:
+        try:
+            return self.gpus.index(gpu)
+        except ValueError:
+            raise GpuValuesError(f"topology: no GPU{gpu} (GPUs: {list(self.gpus)})") from None
+
+    def link(self, a: int, b: int) -> str:
+        """The `topo -m` cell between GPU indices a and b."""
+        return self.links[self._pos(a)][self._pos(b)]
+
+    def nvlinks(self, a: int, b: int) -> int:
+        """Number of bonded NVLinks between GPUs a and b (0 when none)."""
+        cell = self.link(a, b)
+        return int(cell[2:]) if cell.startswith("NV") else 0
+
+    @property
+    def nvswitch(self) -> bool:
+        """True when some GPU's NVLink counts add up beyond any GPU's port count."""
+        n = len(self.gpus)
+        for i in range(n):
+            total = sum(int(c[2:]) for c in self.links[i] if c.startswith("NV"))
+            if total > MAX_NVLINKS_PER_GPU:
+                return True
+        return False
+
+    def nvlink_cliques(self) -> list[tuple[int, ...]]:
+        """Maximal sets (size >= 2) of GPUs all pairwise joined by NVLink.
+
+        Largest first, then by GPU index. A GPU without NVLink is in no clique.
+        """
+        n = len(self.gpus)
+        adj = [frozenset(j for j in range(n) if j != i and self.links[i][j].startswith("NV")) for i in range(n)]
+        found: list[frozenset[int]] = []
+
+        def bron_kerbosch(r: frozenset, p: set, x: set) -> None:
+            if not p and not x:
+                if len(r) >= 2:
+                    found.append(r)
+                return
+            pivot = max(p | x, key=lambda u: len(adj[u] & p))
+            for v in sorted(p - adj[pivot]):
+                bron_kerbosch(r | {v}, p & adj[v], x & adj[v])
+                p = p - {v}
+                x = x | {v}
+
+        bron_kerbosch(frozenset(), set(range(n)), set())
+        cliques = [tuple(sorted(self.gpus[i] for i in c)) for c in found]
+        return sorted(cliques, key=lambda c: (-len(c), c))
+
+    def largest_nvlink_clique(self) -> int:
+        """Size of the largest NVLink clique, 0 when no two GPUs share NVLink."""
+        cliques = self.nvlink_cliques()
+        return len(cliques[0]) if cliques else 0
+
+    # -- labels -----------------------------------------------------------------
+    def topology_value(self) -> str:
+        """`NV<largest NVLink clique size>`, or `PCIe` when no GPUs share NVLink."""
+        size = self.largest_nvlink_clique()
+        return f"NV{size}" if size else "PCIe"
+
+    def labels(self, prefix: str = DEFAULT_LABEL_PREFIX, key: str = DEFAULT_TOPOLOGY_KEY) -> dict[str, str]:
+        """Node labels: the topology label under `key`, and facts under `prefix`.
+
+        `key` (default `nvidia.com/gpu.topology`, the seed's key; NVIDIA's GFD publishes
+        no such label) carries `NV<k>`/`PCIe`. Under `prefix`: `nvlink-clique-size`,
+        `nvlink-cliques` (how many maximal cliques), `nvlink-min-links` (fewest bonded
+        links inside the largest clique), `nvswitch`, `gpus`, `numa-nodes`,
+        `max-gpus-per-numa` and `pcie-closest` (closest PCIe level between two GPUs not
+        joined by NVLink, `none` if every pair is). Every value is a valid label value.
+        """
+        cliques = self.nvlink_cliques()
+        largest = cliques[0] if cliques else ()
+        min_links = min((self.nvlinks(a, b) for a, b in itertools.combinations(largest, 2)), default=0)
+        numa = [v for v in self.numa_affinity if v is not None]
+        per_numa: dict[str, int] = {}
+        for v in numa:
+            per_numa[v] = per_numa.get(v, 0) + 1
+        pcie = [c for i, row in enumerate(self.links) for j, c in enumerate(row) if i < j and c in PCIE_LEVELS]
+        closest = min(pcie, key=PCIE_LEVELS.index) if pcie else "none"
+        facts = {
+            "nvlink-clique-size": str(len(largest)),
+            "nvlink-cliques": str(len(cliques)),
+            "nvlink-min-links": str(min_links),
+            "nvswitch": "true" if self.nvswitch else "false",
+            "gpus": str(len(self.gpus)),
+            "numa-nodes": str(len(per_numa)) if numa else "unknown",
+            "max-gpus-per-numa": str(max(per_numa.values())) if per_numa else "unknown",
+            "pcie-closest": closest,
+        }
+        out = {key: self.topology_value()}
+        out.update({f"{prefix}{name}": value for name, value in facts.items()})
+        for k, v in out.items():
+            _check_label(k, v)
+        return out
+
+    # -- allocation -------------------------------------------------------------
+    def pcie_level(self, a: int, b: int) -> str:
+        """PCIe level between two GPUs; estimated from NUMA affinity for NVLinked pairs."""
+        cell = self.link(a, b)
+        if cell in PCIE_LEVELS:
+            return cell
+        if cell == "X":
+            return "X"
+        if self.numa_affinity:
+            na, nb = self.numa_affinity[self._pos(a)], self.numa_affinity[self._pos(b)]
+            if na is not None and na == nb:
+                return "NODE"
+        return "SYS"
+
+    def pair_score(self, a: int, b: int, *, count_nvswitch_links: bool = False) -> int:
+        """The device plugin's score for giving GPUs a and b to one pod."""
+        if a == b:
+            return 0
+        nv = self.nvlinks(a, b)
+        if self.nvswitch and not count_nvswitch_links:
+            nv = 0
+        return PCIE_SCORE[self.pcie_level(a, b)] + NVLINK_SCORE * nv
+
+    def best_gpu_set(self, n: int, available: Iterable[int] | None = None, required: Iterable[int] = (),
+                     *, count_nvswitch_links: bool = False) -> tuple[int, ...]:
+        """GPUs the device plugin's best-effort policy would give a pod asking for n.
+
+        `available` defaults to every GPU (ascending index, as the plugin passes them);
+        `required` must all be in the result. Returns `()` when impossible, as the
+        plugin does. See the module docstring for the scoring and NVSwitch behaviour.
+        """
+        avail = sorted(self.gpus if available is None else set(available))
+        for g in avail:
+            self._pos(g)
+        scores = {(a, b): self.pair_score(a, b, count_nvswitch_links=count_nvswitch_links)
+                  for a in avail for b in avail}
+        return allocate_best_effort(lambda a, b: scores[(a, b)], avail, tuple(required), n)
+
+    # -- serialisation ----------------------------------------------------------
+    def to_dict(self) -> dict:
+        """Plain dict (the `topology` object of schemas/inventory.schema.json)."""
+        d: dict = {"gpus": list(self.gpus), "links": [list(r) for r in self.links]}
+        if self.cpu_affinity:
+            d["cpuAffinity"] = list(self.cpu_affinity)
+        if self.numa_affinity:
+            d["numaAffinity"] = list(self.numa_affinity)
+        if self.gpu_numa_id:
+            d["gpuNumaId"] = list(self.gpu_numa_id)
+        if self.nics:
+            d["nics"] = list(self.nics)
+            d["gpuNicLinks"] = [list(r) for r in self.gpu_nic_links]
+        if self.nic_names:
+            d["nicNames"] = dict(self.nic_names)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Topology":
+        """Inverse of `to_dict`."""
+        return cls(
+            gpus=tuple(int(g) for g in d["gpus"]),
+            links=tuple(tuple(r) for r in d["links"]),
+            cpu_affinity=tuple(d.get("cpuAffinity", ())),
+            numa_affinity=tuple(d.get("numaAffinity", ())),
+            gpu_numa_id=tuple(d.get("gpuNumaId", ())),
+            nics=tuple(d.get("nics", ())),
+            gpu_nic_links=tuple(tuple(r) for r in d.get("gpuNicLinks", ())),
+            nic_names=tuple(d.get("nicNames", {}).items()),
+        )
+
+
+def _check_label(key: str, value: str) -> None:
+    if not is_label_key(key):
+        raise GpuValuesError(f"topology label key {key!r} is not a valid Kubernetes label key; "
+                             "use a prefix like 'example.com/' or 'example.com/gpu-'")
+    if not is_label_value(value):
+        raise GpuValuesError(f"topology label {key}={value!r} is not a valid label value")
+
+
+# -- the go-gpuallocator best-effort search ------------------------------------------
+def allocate_best_effort(pair_score, available: Sequence[int], required: Sequence[int], size: int) -> tuple[int, ...]:
+    """Port of go-gpuallocator's `bestEffortPolicy.Allocate` over a pair-score function.
+
+    Same result as its exhaustive enumeration (first highest-scoring partition in its
+    order, then that partition's first highest-scoring set), computed with a memoised
+    search so 16-GPU nodes stay fast. One deliberate difference: a padded set (fewer
+    than `size` GPUs) is never returned.
+    """
+    avail = list(available)
+    req = set(required)
+    if size <= 0 or len(avail) < size or len(req) > size or not req <= set(avail):
+        return ()
+    if size == 1:  # upstream short-cut: one-device "partitions", all scoring 0
+        for g in avail:
+            if not req or req == {g}:
+                return (g,)
+        return ()
+
+    m = len(avail)
+    padding = (-m) % size
+    score = [[pair_score(avail[i], avail[j]) if i != j else 0 for j in range(m)] for i in range(m)]
+    req_mask = sum(1 << i for i, g in enumerate(avail) if g in req)
+    pad = -1  # a padding slot; all padding slots go into one set (upstream rule)
+
+    @lru_cache(maxsize=None)
+    def set_score(members: tuple[int, ...]) -> int:
+        real = [i for i in members if i != pad]
+        return sum(score[a][b] for a, b in itertools.combinations(real, 2))
+
+    @lru_cache(maxsize=None)
+    def choices(mask: int, pad_left: bool) -> tuple:
+        """Sets containing the lowest remaining device, in upstream iteration order."""
+        items = [i for i in range(m) if mask >> i & 1]
+        rest = items[1:]
+        # Upstream enumerates combinations of positions [rest..., pad slots...] and drops those
+        # with some but not all pads; build only the kept ones, then restore that order.
+        keyed = [(combo, False) for combo in itertools.combinations(range(len(rest)), size - 1)]
+        if pad_left and size - 1 >= padding:
+            tail = tuple(range(len(rest), len(rest) + padding))
+            keyed += [(combo + tail, True) for combo in itertools.combinations(range(len(rest)), size - 1 - padding)]
+            keyed.sort()
+        out = []
+        for combo, used_pad in keyed:
+            real = tuple(rest[k] for k in combo if k < len(rest))
+            members = (items[0],) + real + ((pad,) * padding if used_pad else ())
+            real_mask = (1 << items[0]) | sum(1 << k for k in real)
+            out.append((members, real_mask, used_pad, set_score(members)))
+        return tuple(out)
+
+    @lru_cache(maxsize=None)
+    def best(mask: int, pad_left: bool, satisfied: bool) -> int | None:
+        left = bin(mask).count("1") + (padding if pad_left else 0)
+        if left == 0:
+            return 0 if satisfied else None
+        if left == size:  # base case: the remaining devices form the last set
+            members = tuple(i for i in range(m) if mask >> i & 1) + ((pad,) * padding if pad_left else ())
+            ok = satisfied or (not (pad_left and padding) and mask & req_mask == req_mask)
+            return set_score(members) if ok else None
+        top = None
+        for _members, real_mask, used_pad, own in choices(mask, pad_left):
+            ok = satisfied or (not used_pad and real_mask & req_mask == req_mask)
+            sub = best(mask & ~real_mask, pad_left and not used_pad, ok)
+            if sub is not None and (top is None or own + sub > top):
+                top = own + sub
+        return top
+
+    full = (1 << m) - 1
+    target = best(full, padding > 0, False)
+    if target is None:
+        return ()
+    # Rebuild the first partition (in upstream order) that reaches the best total.
+    partition: list[tuple[int, ...]] = []
+    mask, pad_left, satisfied, need = full, padding > 0, False, target
+    while mask or pad_left:
+        left = bin(mask).count("1") + (padding if pad_left else 0)
+        if left == size:
+            partition.append(tuple(i for i in range(m) if mask >> i & 1) + ((pad,) * padding if pad_left else ()))
+            break
+        for members, real_mask, used_pad, own in choices(mask, pad_left):
+            ok = satisfied or (not used_pad and real_mask & req_mask == req_mask)
+            sub = best(mask & ~real_mask, pad_left and not used_pad, ok)
+            if sub is not None and own + sub == need:
+                partition.append(members)
+                need -= own
+                mask, pad_left, satisfied = mask & ~real_mask, pad_left and not used_pad, ok
+                break
+    chosen, chosen_score = None, None
+    for members in partition:
+        if pad in members or not req_mask & sum(1 << k for k in members) == req_mask:
+            continue
+        s = set_score(members)
+        if chosen is None or s > chosen_score:
+            chosen, chosen_score = members, s
+    return tuple(sorted(avail[i] for i in chosen)) if chosen else ()
+
+
+# -- parsing --------------------------------------------------------------------------
+def _tokens_with_offsets(line: str) -> list[tuple[str, int]]:
+    return [(m.group(0), m.start()) for m in re.finditer(r"\S+", line)]
+
+
+def parse_topo_matrix(text: str, source: str | None = None) -> Topology:
+    """Parse `nvidia-smi topo -m` output into a `Topology`.
+
+    Raises `TopologyParseError` naming the line (1-based) of the first problem.
+    """
+    lines = _ANSI.sub("", text.replace("\r\n", "\n").replace("\r", "\n")).split("\n")
+
+    def fail(lineno: int, msg: str) -> TopologyParseError:
+        return TopologyParseError(msg, source=source or "<topo>", line=lineno)
+
+    header_idx = None
+    for idx, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped.startswith("#") or not stripped:
+            continue
+        if re.match(r"^\s*GPU\d+\s+(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)(\s|$)", line):
+            raise fail(idx + 1, "matrix row before the header row (GPU0 GPU1 ... CPU Affinity)")
+        if _HEADER.search(line):
+            header_idx = idx
+            break
+    if header_idx is None:
+        raise fail(1, "no header row naming GPU0 found; pass the output of `nvidia-smi topo -m`")
+
+    header = lines[header_idx].rstrip()
+    label_pos: list[tuple[str, int]] = []
+    masked = header
+    for label in _AFFINITY_LABELS:
+        at = masked.find(label)
+        if at >= 0:
+            label_pos.append((label, at))
+            masked = masked[:at] + " " * len(label) + masked[at + len(label):]
+    label_pos.sort(key=lambda lp: lp[1])
+    columns = [tok for tok, _ in _tokens_with_offsets(masked)]
+    if not columns or not _GPU_COL.match(columns[0]):
+        raise fail(header_idx + 1, f"header must start with GPU0, found {columns[:1]}")
+    first_label_at = label_pos[0][1] if label_pos else None
+    if first_label_at is not None and any(off > first_label_at for _, off in _tokens_with_offsets(masked)):
+        raise fail(header_idx + 1, "device column after the affinity columns")
+    if len(set(columns)) != len(columns):
+        raise fail(header_idx + 1, "duplicate column name in header")
+    gpu_cols = [c for c in columns if _GPU_COL.match(c)]
+    ncols = len(columns)
+
+    rows: dict[str, tuple[list[str], dict[str, str | None], int]] = {}
+    col_index = {c: k for k, c in enumerate(columns)}
+    labels_only = [lbl for lbl, _ in label_pos]
+    end_idx = len(lines)
+    for idx in range(header_idx + 1, len(lines)):
+        line = lines[idx].rstrip()
+        lineno = idx + 1
+        toks = line.split()
+        if not toks or toks[0].startswith("Legend"):
+            end_idx = idx
+            break
+        name = toks[0]
+        if name not in col_index:
+            raise fail(lineno, f"row {name!r} is not a column of the header ({', '.join(columns)})")
+        if name in rows:
+            raise fail(lineno, f"row {name} appears twice")
+        cells = toks[1:1 + ncols]
+        if len(cells) < ncols:
+            raise fail(lineno, f"row {name} has {len(cells)} link cells, the header has {ncols} columns")
+        diagonal = col_index[name]
+        for k, cell in enumerate(cells):
+            if cell not in _VALID_CELLS:
+                if not (cell[:2] == "NV" and cell[2:].isdigit()):
+                    raise fail(lineno, f"row {name}, column {columns[k]}: {cell!r} is not a link "
+                                       "(X, NV<n>, PIX, PXB, PHB, NODE, SYS)")
+                if len(_VALID_CELLS) < 64:
+                    _VALID_CELLS.add(cell)
+        if cells[diagonal] != "X" or cells.count("X") != 1:
+            k = diagonal if cells[diagonal] != "X" else next(j for j, c in enumerate(cells) if c == "X" and j != diagonal)
+            raise fail(lineno, f"row {name}, column {columns[k]}: X must be exactly on the diagonal")
+        if "SOC" in cells:
+            cells = ["SYS" if c == "SOC" else c for c in cells]
+        rest = toks[1 + ncols:]
+        affinity: dict[str, str | None] = dict.fromkeys(labels_only)
+        if rest and not label_pos:
+            raise fail(lineno, f"row {name} has extra fields {rest} but the header has no affinity columns")
+        if len(rest) > len(label_pos):
+            raise fail(lineno, f"row {name} has {len(rest)} affinity fields, the header has {len(label_pos)}")
+        if rest:
+            if len(rest) == len(label_pos) or "\t" in line:
+                assigned = list(zip(labels_only, rest))
+            else:  # space-aligned with empty fields: match each value to the nearest header label
+                offsets = _tokens_with_offsets(line)[1 + ncols:]
+                assigned = [(min(label_pos, key=lambda lp: abs(lp[1] - off))[0], tok) for tok, off in offsets]
+            for label, value in assigned:
+                if value != "N/A" and not _CPU_LIST.match(value):
+                    raise fail(lineno, f"row {name}, {label}: {value!r} is not a CPU/NUMA list like 0-31,64-95 "
+                                       "(columns run together in a copied output?)")
+                affinity[label] = None if value == "N/A" else value
+        rows[name] = (cells, affinity, lineno)
+
+    last_line = end_idx
+    for gcol in gpu_cols:
+        if gcol not in rows:
+            raise fail(last_line, f"no row for {gcol}; the matrix is cut short")
+    # links must read the same both ways
+    for a in gpu_cols:
+        cells_a, _, line_a = rows[a]
+        ia = col_index[a]
+        for b, ib in col_index.items():
+            if b in rows:
+                cells_b, _, line_b = rows[b]
+                x, y = cells_a[ib], cells_b[ia]
+                if x != y:
+                    raise fail(max(line_a, line_b), f"{a}-{b} is {x} in row {a} but {y} in row {b}")
+
+    nic_names = []
+    if "NIC Legend" in text:
+        for line in lines[end_idx:]:
+            m = _NIC_LEGEND.match(line)
+            if m:
+                nic_names.append((m.group(1), m.group(2)))
+
+    gpu_pos = [columns.index(g) for g in gpu_cols]
+    nic_cols = [c for c in columns if not _GPU_COL.match(c)]
+    nic_pos = [columns.index(c) for c in nic_cols]
+    gpus = tuple(int(_GPU_COL.match(g).group(1)) for g in gpu_cols)
+
+    def aff(label: str) -> tuple[str | None, ...]:
+        if label not in dict(label_pos):
+            return ()
+        return tuple(rows[g][1][label] for g in gpu_cols)
+
+    try:
+        return Topology(
+            gpus=gpus,
+            links=tuple(tuple(rows[g][0][p] for p in gpu_pos) for g in gpu_cols),
+            cpu_affinity=aff("CPU Affinity"),
+            numa_affinity=aff("NUMA Affinity"),
+            gpu_numa_id=aff("GPU NUMA ID"),
+            nics=tuple(nic_cols),
+            gpu_nic_links=tuple(tuple(rows[g][0][p] for p in nic_pos) for g in gpu_cols) if nic_cols else (),
+            nic_names=tuple(nic_names),
+        )
+    except GpuValuesError as exc:  # e.g. duplicate GPU indices
+        raise fail(header_idx + 1, exc.message) from None
+
+
+def topology_report(topo: Topology, *, best: int | None = None, available: Iterable[int] | None = None,
+                    prefix: str = DEFAULT_LABEL_PREFIX, key: str = DEFAULT_TOPOLOGY_KEY,
+                    count_nvswitch_links: bool = False) -> dict:
+    """Plain-data summary for `gpuvalues topo`: links, cliques, labels, optional GPU choice."""
+    data: dict = {
+        "gpus": list(topo.gpus),
+        "links": {f"GPU{a}": {f"GPU{b}": topo.link(a, b) for b in topo.gpus if b != a} for a in topo.gpus},
+        "nvlinkCliques": [list(c) for c in topo.nvlink_cliques()],
+        "nvswitch": topo.nvswitch,
+        "numaAffinity": {f"GPU{g}": v for g, v in zip(topo.gpus, topo.numa_affinity)} if topo.numa_affinity else {},
+        "labels": topo.labels(prefix=prefix, key=key),
+    }
+    if best is not None:
+        free = sorted(topo.gpus if available is None else set(available))
+        if not 1 <= best <= len(free):
+            raise GpuValuesError(f"asked for {best} GPUs, but {len(free)} are available "
+                                 f"({', '.join(map(str, free)) or 'none'}); ask for 1 to {len(free)}",
+                                 field="best")
+        chosen = topo.best_gpu_set(best, available, count_nvswitch_links=count_nvswitch_links)
+        data["bestGpuSet"] = {"size": best, "gpus": list(chosen),
+                              "score": sum(topo.pair_score(a, b, count_nvswitch_links=count_nvswitch_links)
+                                           for a, b in itertools.combinations(chosen, 2)),
+                              "nvswitchLinksScored": count_nvswitch_links or not topo.nvswitch}
+    return data
+
+
+def nvlink_size(value: object) -> int | None:
+    """The NVLink group size a topology label value names (`NV8` -> 8), the inverse of
+    `Topology.topology_value`; None for `PCIe` or anything else."""
+    m = re.fullmatch(r"NV(\d+)", str(value))
+    return int(m.group(1)) if m else None

@@ -1,0 +1,1 @@
+"""Render: the chart with the real helm, and validation of the objects it produces."""

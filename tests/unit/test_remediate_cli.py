@@ -1,0 +1,104 @@
+"""`gpuvalues remediate` options and the controller's pure helpers (no cluster): bad
+config is one line naming file:line:col and field with exit 2 and no traceback; metrics
+text; the eviction rate limit."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from gpuvalues import cli
+from gpuvalues.operations import controller
+
+
+def run_cli(capsys, *args) -> tuple[int, str]:
+    rc = cli.main(["remediate", *args])
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text,where", [
+    ("syncPeriodSeconds: 5\nbogus: 1\n", ":2:1: bogus: unknown key"),
+    ("breakerMaxPercent: 150\n", "breakerMaxPercent: must be between 0 and 100"),
+    ("signals:\n  exporterMissing: page\n", ":1:1: signals.exporterMissing: must be ignore, warn or act"),
+    ("signals:\n  gpuFire: true\n", "signals.gpuFire: unknown signal"),
+    ("criticalXids: [79, x]\n", ":1:1: criticalXids: must be a list of positive integers"),
+    ("drain: maybe\n", ":1:1: drain: must be true or false"),
+    ("breakerMaxNodes: true\n", "breakerMaxNodes: must be an integer"),
+    ("syncPeriodSeconds: 10\nleaseDurationSeconds: 15\n", "leaseDurationSeconds: must be at least twice"),
+    ("prometheusUrl: prom:9090\n", "prometheusUrl: must start with http"),
+    ("a: [1\n", ":2:1: "),
+    ("- 1\n", "the config must be a mapping"),
+])
+def test_bad_config_is_one_line_exit_2(tmp_path, capsys, text, where):
+    f = tmp_path / "c.yaml"
+    f.write_text(text)
+    rc, err = run_cli(capsys, "--config", str(f))
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"gpuvalues: error: {f}"), err
+    assert where in lines[0], lines[0]
+    assert "Traceback" not in err
+
+
+def test_missing_config_file(tmp_path, capsys):
+    rc, err = run_cli(capsys, "--config", str(tmp_path / "nope.yaml"))
+    assert rc == 2 and "nope.yaml" in err and len(err.strip().splitlines()) == 1
+
+
+def _args(**kw):
+    base = dict(config=None, kubeconfig=None, context=None, prometheus_url=None, sync_period=None, dry_run=None,
+                once=None, metrics_address=None, lease_namespace=None, lease_name=None, identity=None)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_flags_win_over_the_config(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("syncPeriodSeconds: 10\nprometheusUrl: http://a:9090\nsignals: {nvlink: false, exporterMissing: ignore}\n"
+                 "nodeSelector: pool=a\n")
+    o = controller.options_from_args(_args(config=str(f), sync_period=4.0))
+    assert o.sync_period_s == 4.0 and o.prometheus_url == "http://a:9090"
+    assert o.lease_duration_s == 15.0          # default: max(15, 3 sync periods)
+    assert "nvlink" not in o.signals.enabled and "exporter" not in o.signals.enabled
+    assert o.node_selector == "pool=a"
+    o = controller.options_from_args(_args(config=str(f), sync_period=20.0))
+    assert o.lease_duration_s == 60.0
+
+
+def test_metrics_text():
+    m = controller.Metrics()
+    m.nodes["drained"] = 2
+    m.evictions = {"evicted": 3, "blocked": 1}
+    m.breaker_trips = 4
+    text = m.render()
+    assert 'gpu_remediation_nodes{state="drained"} 2' in text
+    assert 'gpu_remediation_evictions_total{outcome="blocked"} 1' in text
+    assert "gpu_remediation_breaker_trips_total 4" in text
+    assert text.endswith("\n")
+    # every sample follows its TYPE line (the exposition format's grouping rule)
+    seen = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            seen.add(line.split()[2])
+        elif not line.startswith("#"):
+            assert line.split("{")[0].split(" ")[0] in seen, line
+
+
+def test_token_bucket():
+    t = [0.0]
+    b = controller.TokenBucket(60, burst=2, clock=lambda: t[0])   # 1 per second
+    assert b.take_up_to(5) == 2
+    assert b.take_up_to(5) == 0
+    t[0] = 1.5
+    assert b.take_up_to(5) == 1
+    b.give_back(1)
+    assert b.take_up_to(5) == 1
+
+
+def test_repeated_reports_are_rate_limited():
+    c = controller.Controller.__new__(controller.Controller)
+    c._said = {}
+    assert not c._repeated("n", "HeldByOther", False)
+    assert c._repeated("n", "HeldByOther", False)          # same report next sync: suppressed
+    assert not c._repeated("n", "GpuNodeQuarantined", True)  # a transition is always reported
+    assert not c._repeated("m", "HeldByOther", False)
