@@ -20,10 +20,6 @@ from tests.oracle import belief
 from tests.oracle import oraclelib as ol
 
 GPUS = ("A100-80GB", "H100-80GB-SXM", "NVIDIA GeForce RTX 4090")
-_SHARED_XFAIL = pytest.mark.xfail(strict=True, reason=(
-    "issue 12: GFD appends -SHARED only when the shared resource is not renamed "
-    "(k8s-device-plugin internal/lm/resource.go getProductName); the project always expects -SHARED"))
-
 
 def _chart_plugin_env() -> dict:
     """The chart's device-plugin container env (MPS_ROOT etc.), as rendered."""
@@ -37,8 +33,7 @@ def _config_cases():
     cases = [pytest.param(gpu, None, False, False, 0, id=f"{gpu}-none") for gpu in GPUS]
     for gpu, kind, renamed, fail_gt1, replicas in itertools.product(
             GPUS, ("timeSlicing", "mps"), (False, True), (False, True), (2, 4)):
-        marks = [_SHARED_XFAIL] if renamed else []
-        cases.append(pytest.param(gpu, kind, renamed, fail_gt1, replicas, marks=marks,
+        cases.append(pytest.param(gpu, kind, renamed, fail_gt1, replicas,
                                   id=f"{gpu}-{kind}-renamed{renamed}-failGt1{fail_gt1}-x{replicas}"))
     return cases
 
@@ -51,7 +46,7 @@ def test_gfd_product_label_rule(gpu, kind, renamed, fail_gt1, replicas):
                                  "resources": [{"name": "nvidia.com/gpu", "replicas": replicas}]}}
     v = ol.device_plugin(yaml.safe_dump(cfg), ol.hardware_for_gpu(gpu, 2), plugin_env=_chart_plugin_env())
     assert v.ok, v.error
-    expected = belief.gfd_products(gpu, "shared" if kind else "whole")
+    expected = belief.gfd_products(gpu, cfg if kind else None)
     product = v.labels["nvidia.com/gpu.product"]
     assert product in expected, f"GFD labels {product!r}; the project expects one of {expected} ({cfg})"
     # The advertised resource: the project's fleet rule (spec_inventory) counts
@@ -127,8 +122,7 @@ def test_fleet_allocatable_matches_device_plugin(mode, gpu, replicas, profile):
 
 
 @pytest.mark.parametrize(("mode", "gpu", "replicas", "profile"), [
-    pytest.param(*c, id="-".join(str(x) for x in c if x),
-                 marks=[_SHARED_XFAIL] if c[0] in ("time-slicing", "mps") else [])
+    pytest.param(*c, id="-".join(str(x) for x in c if x))
     for c in _spec_cases()])
 def test_fleet_gfd_labels_match(mode, gpu, replicas, profile):
     """The GFD labels the project believes the node carries (spec_inventory) vs GFD's."""

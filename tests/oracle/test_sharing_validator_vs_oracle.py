@@ -1,4 +1,4 @@
-"""The project's device-plugin config validator (gpuvalues.sharing, through belief.py)
+"""The project's device-plugin config validator (gpuvalues.planners.deviceplugin, through belief.py)
 compared with the device plugin itself on generated configs and mutations: the project
 must never accept what upstream refuses; where the project is deliberately stricter
 (upstream ignores unknown fields), the case says so."""
