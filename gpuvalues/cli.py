@@ -69,11 +69,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     for w in warnings:
         say(args, str(w))
     if args.out_dir:
-        count = 0
-        for release, text in streams:
-            folder = args.out_dir if release is None else f"{args.out_dir}/{release.name}"
-            count += len(files.write_manifests(text, folder))
-        say(args, f"wrote {count} objects of {len(streams)} release(s) to {args.out_dir}")
+        paths = files.write_manifests({r.name if r else "": text for r, text in streams},
+                                      args.out_dir)
+        say(args, f"wrote {len(paths)} objects of {len(streams)} release(s) to {args.out_dir}")
     else:
         sys.stdout.write("".join(text for _, text in streams))
     return 0

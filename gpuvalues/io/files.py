@@ -329,22 +329,27 @@ def _umask() -> int:
     return umask
 
 
-def write_manifests(text: str, out_dir: str | os.PathLike) -> list[Path]:
+def write_manifests(streams: Mapping[str, str] | str, out_dir: str | os.PathLike) -> list[Path]:
     """Write each rendered object to its own file in `out_dir`, swapping the whole
-    directory in at once (`write_tree`): no file of an earlier render survives, and an
-    interrupted or failed write leaves the earlier render intact.
+    directory in at once (`write_tree`): no file of an earlier render survives (so no
+    stale autoscaler of an earlier spec beside the new one), and an interrupted or failed
+    write leaves the earlier render intact.
 
-    Names are `<kind>-<name>.yaml`, with `-2`, `-3`... when two objects share one. Returns
-    the paths in stream order.
+    `streams` is one rendered stream, or {release name: stream} for a fleet. Names are
+    `<kind>-<name>.yaml` (`<release>_<kind>-<name>.yaml` for a fleet), with `-2`, `-3`...
+    when two objects share one. Returns the paths in stream order.
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise RenderError(f"{out} exists and is not a directory; -o takes a directory")
+    if isinstance(streams, str):
+        streams = {"": streams}
     contents: dict[str, str] = {}
-    for obj, chunk in split_documents(text):
-        name = object_file_name(obj)
-        stem, n = name[:-5], 2
-        while name in contents:
-            name, n = f"{stem}-{n}.yaml", n + 1
-        contents[name] = "---\n" + chunk
+    for release, text in streams.items():
+        for obj, chunk in split_documents(text):
+            name = (f"{release}_" if release else "") + object_file_name(obj)
+            stem, n = name[:-5], 2
+            while name in contents:
+                name, n = f"{stem}-{n}.yaml", n + 1
+            contents[name] = "---\n" + chunk
     return write_tree(out, contents)

@@ -9,10 +9,10 @@ from gpuvalues.catalog import get_gpu
 from gpuvalues.io import output
 from gpuvalues.planners import mig
 from gpuvalues.planners.mig import Layout
-from gpuvalues.planners.milp import Plan
 from gpuvalues.planners.topology import DEFAULT_TOPOLOGY_KEY
 
 if TYPE_CHECKING:
+    from gpuvalues.planners.milp import Plan
     from gpuvalues.fleet import Fleet
 
 _SVG_COLORS = {1: "#9ecae1", 2: "#a1d99b", 3: "#fdd0a2", 4: "#fdae6b", 7: "#bcbddc"}
@@ -198,3 +198,12 @@ def values_table(fleet: Fleet) -> str:
     for r in fleet.releases:
         text += "".join(f"\n{d}" for d in r.decisions)
     return text + "\n"
+
+
+def scale_to_zero_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The trade side by side: GPU-hours saved against requests that waited for a cold start."""
+    from gpuvalues.io.output import table
+
+    cols = ["cooldown_s", "gpu_hours_min1", "gpu_hours_zero", "gpu_hours_saved", "saved_pct", "cold_starts",
+            "requests_waited", "waited_pct", "mean_wait_s", "max_wait_s"]
+    return table(cols, [[r[c] for c in cols] for r in rows])

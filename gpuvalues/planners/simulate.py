@@ -516,10 +516,3 @@ def scale_to_zero_sweep(trace: Trace, cooldowns_s: Sequence[float], **kw) -> lis
     return [scale_to_zero(trace, cooldown_s=c, **kw) for c in cooldowns_s]
 
 
-def scale_to_zero_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The trade side by side: GPU-hours saved against requests that waited for a cold start."""
-    from gpuvalues.output import table
-
-    cols = ["cooldown_s", "gpu_hours_min1", "gpu_hours_zero", "gpu_hours_saved", "saved_pct", "cold_starts",
-            "requests_waited", "waited_pct", "mean_wait_s", "max_wait_s"]
-    return table(cols, [[r[c] for c in cols] for r in rows])

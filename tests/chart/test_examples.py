@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from gpuvalues import cli, pipeline
+from gpuvalues.io import files as files_mod
 from gpuvalues.checks.fleet import build_checked
 from gpuvalues.checks.spec import load_spec
 from tests.chart.chartlib import by_kind, k8s_errors, render
@@ -56,8 +57,8 @@ CASES = [(p, w.name) for p in EXAMPLES for w in load_spec(p).workloads]
 
 
 def _objects(out):
-    """Every object written under `render -o DIR` (one folder per release)."""
-    return [yaml.safe_load(p.read_text()) for p in sorted(out.rglob("*.yaml"))]
+    """Every object written by `render -o DIR` (`<release>_<kind>-<name>.yaml`)."""
+    return [yaml.safe_load(p.read_text()) for p in sorted(out.glob("*.yaml"))]
 
 
 def test_every_example_workload_has_expectations():
@@ -143,16 +144,16 @@ def test_render_o_dir_one_file_per_object(helm4, tmp_path):
     proc = run([GV, "render", str(ROOT / "examples" / "single-a100.yaml"), "-o", str(out),
                 "--helm", helm4])
     assert proc.returncode == 0, proc.stderr
-    files = sorted(out.rglob("*.yaml"))
-    assert sorted(p.name for p in out.iterdir()) == ["gpu-platform", "llama-8b"]   # per release
+    files = sorted(out.glob("*.yaml"))
+    assert {p.name.split("_")[0] for p in files} == {"gpu-platform", "llama-8b"}   # per release
     assert len(files) == len(streamed)
-    assert not [f for f in os.listdir(out) if f.startswith(".")]      # no temp files left
+    assert [f for f in os.listdir(out) if f.startswith(".")] == [files_mod.TREE_MARKER]  # no temp files
     written = []
     for f in files:
         docs = [d for d in yaml.safe_load_all(f.read_text()) if d]
         assert len(docs) == 1
         obj = docs[0]
-        assert f.name.startswith(obj["kind"].lower() + "-")
+        assert f.name.split("_", 1)[1].startswith(obj["kind"].lower() + "-")
         written.append(obj)
     key = lambda o: (o["kind"], o["metadata"]["name"])
     assert sorted(written, key=key) == sorted(streamed, key=key)
@@ -182,3 +183,16 @@ def test_render_values_file_and_kube_version(helm4, tmp_path):
 def test_helm_3_can_be_chosen(helm3):
     proc = run([GV, "render", "--helm", helm3, "-q"])
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_api_example_script(tmp_path, capsys):
+    """examples/api_example.py, the public API end to end, on a multi-workload spec."""
+    import runpy
+    mod = runpy.run_path(str(ROOT / "examples" / "api_example.py"))
+    assert mod["main"](str(ROOT / "examples" / "mixed-a100-h100-mig.yaml"), str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert out.count("helm upgrade --install") == 4 and out.startswith("helm upgrade --install gpu-platform")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "device-plugin-configs.yaml", "embed-small.values.yaml", "gpu-platform.values.yaml",
+        "llama-70b.values.yaml", "mig-parted-config.yaml", "mistral-7b.values.yaml",
+        "node-groups.yaml", "node-labels.yaml"]
