@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -103,6 +104,7 @@ def _prometheus(jobs: list[dict]):
         proc.terminate()
         proc.wait(timeout=10)
         log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _jobs(objs, targets) -> list[dict]:
