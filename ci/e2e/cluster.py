@@ -13,7 +13,7 @@ Library use (what tests/e2e does)::
 
 Command line (for poking at it by hand)::
 
-    .venv/bin/python ci/e2e/cluster.py up [--nodes tests/e2e/inventory.yaml]   # Ctrl-C stops it
+    .venv/bin/python ci/e2e/cluster.py up [--nodes INVENTORY]   # Ctrl-C stops it; INVENTORY from `python -m tests.e2e.fleet -o FILE`
 
 Every process runs in its own process group and gets SIGKILL when this Python process
 dies (PR_SET_PDEATHSIG); `stop()` is also registered with atexit, so a failed start or a

@@ -5,7 +5,7 @@
 # into place only on success, <dir>/build-seconds, GOTOOLCHAIN=local, `-p 2 -trimpath`.
 #
 #   bash ci/oracle/build.sh               # all components
-#   bash ci/oracle/build.sh deviceplugin  # some of them (deviceplugin, migparted, adapter, keda)
+#   bash ci/oracle/build.sh deviceplugin  # some of them (deviceplugin, migparted, adapter, keda, ct)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HERE="$ROOT/ci/oracle"
@@ -22,7 +22,11 @@ BUILD_FLAGS=(-p "$PARALLEL" -trimpath -ldflags "-s -w")
 die() { echo "oracle build: $*" >&2; exit 1; }
 command -v "$GO" >/dev/null || die "Go not found (need Go >= 1.25 on PATH or GO=/path/to/go)"
 mkdir -p "$CACHE"
-rm -rf "$CACHE"/.tmp-*
+# One build at a time per cache (tests call this script, possibly from parallel workers,
+# and worktrees may share the cache): the others wait, then find the result cached.
+exec 9>"$CACHE/.lock"
+flock 9
+rm -rf "$CACHE"/.tmp-*  # logs of earlier failed builds
 
 # run_build <name> <version> <function>: as ci/e2e/build.sh run_build.
 run_build() {
@@ -129,8 +133,40 @@ build_keda() {
   (cd "$src" && "$GO" mod tidy && CGO_ENABLED=0 "$GO" build "${BUILD_FLAGS[@]}" -o "$out/bin/keda" .)
 }
 
+# chart-testing's `ct` (from its Go module) plus yamllint and yamale (its Python linters,
+# pinned from PyPI into a venv next to it), and ct's own default lint configs.
+build_ct() {
+  local v=$1 out=$2 src
+  wrapper_build "$out/bin/ct.bin" github.com/helm/chart-testing/v3 "$v" github.com/helm/chart-testing/v3/ct 1.24.0
+  src=$(moddir "github.com/helm/chart-testing/v3@$v")
+  mkdir -p "$out/etc"
+  cp "$src/etc/chart_schema.yaml" "$src/etc/lintconf.yaml" "$out/etc/"
+  python3 -m venv "$out/venv"
+  "$out/venv/bin/pip" install -q "yamllint==$YAMLLINT_VERSION" "yamale==$YAMALE_VERSION"
+  # ct runs `helm`, `yamllint` and `yamale` from PATH. A venv's console scripts carry
+  # the absolute path of the temp dir it was built in, so the shims call the venv's
+  # python (which finds its site-packages relative to itself) with the entry points.
+  mkdir -p "$out/shims"
+  cat >"$out/shims/yamllint" <<'EOM'
+#!/bin/sh
+exec "$(dirname "$0")/../venv/bin/python" -c 'import sys; from yamllint.cli import run; sys.argv[0] = "yamllint"; run()' "$@"
+EOM
+  cat >"$out/shims/yamale" <<'EOM'
+#!/bin/sh
+exec "$(dirname "$0")/../venv/bin/python" -c 'import sys; from yamale.command_line import main; sys.argv[0] = "yamale"; main()' "$@"
+EOM
+  cat >"$out/bin/ct" <<'EOM'
+#!/bin/sh
+# chart-testing with its pinned linters first on PATH (helm comes from the caller's PATH).
+here=$(cd "$(dirname "$0")/.." && pwd)
+PATH="$here/shims:$PATH" exec "$here/bin/ct.bin" "$@"
+EOM
+  chmod +x "$out/bin/ct" "$out/shims/yamllint" "$out/shims/yamale"
+  "$out/bin/ct.bin" version
+}
+
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(deviceplugin migparted adapter keda)
+[ ${#components[@]} -gt 0 ] || components=(deviceplugin migparted adapter keda ct)
 total_start=$(date +%s)
 for c in "${components[@]}"; do
   case $c in
@@ -138,7 +174,8 @@ for c in "${components[@]}"; do
     migparted) run_build migparted "$MIG_PARTED_VERSION" build_migparted ;;
     adapter) run_build adapter "$ADAPTER_VERSION" build_adapter ;;
     keda) run_build keda "$KEDA_VERSION" build_keda ;;
-    *) die "unknown component '$c' (deviceplugin, migparted, adapter, keda)" ;;
+    ct) run_build ct "$CHART_TESTING_VERSION" build_ct ;;
+    *) die "unknown component '$c' (deviceplugin, migparted, adapter, keda, ct)" ;;
   esac
 done
 echo "oracle build: done in $(( $(date +%s) - total_start )) s (cache: $CACHE)"

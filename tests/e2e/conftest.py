@@ -20,7 +20,6 @@ import pytest
 
 from tests.conftest import ROOT, TOOLS
 
-INVENTORY = Path(__file__).with_name("inventory.yaml")
 
 
 def _load_harness():
@@ -35,11 +34,20 @@ harness = _load_harness()
 
 
 @pytest.fixture(scope="session")
-def inventory():
-    """The fake GPU fleet (tests/e2e/inventory.yaml) as a gpuvalues Inventory."""
+def inventory_file(tmp_path_factory) -> Path:
+    """The fake GPU fleet generated from tests/e2e/hardware.yaml: GPU labels and GPU
+    resources from the upstream device plugin and GFD (tests/e2e/fleet.py)."""
+    from tests.e2e import fleet
+
+    return fleet.write_inventory(tmp_path_factory.mktemp("fleet"))
+
+
+@pytest.fixture(scope="session")
+def inventory(inventory_file):
+    """The generated fleet as a gpuvalues Inventory (what `gpuvalues fit` reads)."""
     from gpuvalues.io.cluster import load_inventory
 
-    return load_inventory(INVENTORY)
+    return load_inventory(inventory_file)
 
 
 @pytest.fixture(scope="session")
@@ -136,14 +144,19 @@ def pool(kube):
 
     created: list[str] = []
 
-    def add(name: str, gpus: list[int], product: str = "NVIDIA-A100-SXM4-80GB") -> list[str]:
+    from tests.e2e import fleet
+
+    def add(name: str, gpus: list[int], gpu: str = "A100-SXM4-80GB") -> list[str]:
+        """Nodes of `gpu` (a hardware table of tests/e2e/hardware.yaml's `gpu` field) with
+        the given GPU counts; their GPU labels and resources come from the device plugin
+        and GFD (tests/e2e/fleet.py), running the default config."""
         nodes = []
         for i, n in enumerate(gpus):
-            res = {"cpu": 64, "memory": "512Gi", "pods": 110, "ephemeral-storage": "1Ti", "nvidia.com/gpu": n}
-            nodes.append({"name": f"{name}-{i}", "capacity": res, "allocatable": res,
-                          "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
-                          "labels": {POOL: name, "nvidia.com/gpu.present": "true",
-                                     "nvidia.com/gpu.product": product, "nvidia.com/gpu.count": str(n)}})
+            res = {"cpu": 64, "memory": "512Gi", "pods": 110, "ephemeral-storage": "1Ti"}
+            nodes.append(fleet.gpu_node(f"{name}-{i}", {"gpu": gpu, "count": n},
+                                        {"version": "v1", "flags": {"migStrategy": "none"}},
+                                        extra_labels={POOL: name, "nvidia.com/gpu.present": "true"},
+                                        resources=res))
         inv = Inventory.from_dict({"apiVersion": "gpuvalues/v1", "kind": "Inventory", "nodes": nodes})
         kube.cluster.add_nodes(harness.nodes_from_inventory(inv))
         names = [n["name"] for n in nodes]

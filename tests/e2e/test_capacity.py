@@ -1,7 +1,7 @@
 """Capacity: with too few GPUs the extra pods stay Pending with the scheduler's
 "Insufficient nvidia.com/..." reason, and `gpuvalues fit` predicted exactly that.
 
-Expected numbers are hand-computed from tests/e2e/inventory.yaml:
+Expected numbers are hand-computed from tests/e2e/hardware.yaml (the generated fleet):
 - 8-GPU pods restricted to A100 + NV8: only dgx-a100-0 and dgx-a100-1 qualify, 8 GPUs each,
   so 3 replicas -> 2 Running (one per node), 1 Pending on nvidia.com/gpu.
 - 1g.10gb MIG pods: only mig-a100-0 advertises nvidia.com/mig-1g.10gb (14 of them), so

@@ -6,6 +6,7 @@ through its CLI (`.venv/bin/gpuvalues`) and rendered files, never its modules.""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -141,13 +142,22 @@ def artifacts(example: str) -> dict:
 @lru_cache(maxsize=None)
 def plan(example: str) -> dict | None:
     """`gpuvalues plan EXAMPLE --output json` (without the baselines); None when the
-    spec has nothing to plan (the CLI's one-line refusal, exit 2)."""
+    spec has nothing to plan (the CLI's one-line refusal, exit 2). The node-side files
+    (`node_side`: mig-parted config, device-plugin configs, node labels, node groups) are
+    also given under mig_parted_config / device_plugin_configs / node_labels / node_groups."""
     proc = subprocess.run([str(GPUVALUES), "-q", "plan", str(EXAMPLES / example), "--output", "json",
                            "--no-baselines"], capture_output=True, text=True)
     if proc.returncode == 2 and "no models to plan for" in proc.stderr:
         return None
     assert proc.returncode == 0, f"{example}: {proc.stderr}"
-    return json.loads(proc.stdout)
+    out = json.loads(proc.stdout)
+    side = out.get("node_side") or {}
+    for key, name in (("mig_parted_config", "mig-parted-config.yaml"),
+                      ("device_plugin_configs", "device-plugin-configs.yaml"),
+                      ("node_labels", "node-labels.yaml"), ("node_groups", "node-groups.yaml")):
+        if name in side:
+            out.setdefault(key, side[name])
+    return out
 
 
 def spec(example: str) -> dict:
@@ -162,6 +172,8 @@ def spec(example: str) -> dict:
 _NO_MIG = {
     "4090": {"gpu": "no-mig", "name": "NVIDIA GeForce RTX 4090", "memoryMiB": 24564,
              "cudaMajor": 8, "cudaMinor": 9},
+    "L40S": {"gpu": "no-mig", "name": "NVIDIA L40S", "memoryMiB": 46068, "cudaMajor": 8, "cudaMinor": 9},
+    "L4": {"gpu": "no-mig", "name": "NVIDIA L4", "memoryMiB": 23034, "cudaMajor": 8, "cudaMinor": 9},
 }
 
 
@@ -170,6 +182,12 @@ def hardware_for_gpu(gpu: str, count: int, mig: dict | None = None) -> dict:
     g = gpu.upper().replace("_", "-")
     if "4090" in g:
         hw = dict(_NO_MIG["4090"])
+    elif "L40S" in g:
+        hw = dict(_NO_MIG["L40S"])
+    elif re.search(r"(^|[^A-Z0-9])L4($|[^0-9])", g):
+        hw = dict(_NO_MIG["L4"])
+    elif "H200" in g:
+        hw = {"gpu": "H200-SXM5-141GB"}
     elif "H100" in g:
         hw = {"gpu": "H100-SXM5-80GB"}
     elif "A100" in g and "40" in g:

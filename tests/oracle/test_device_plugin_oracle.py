@@ -123,23 +123,30 @@ def _example_pools(example: str):
                                        if k.startswith("nvidia.com/")})
             workloads[wname] = (limits, v.get("gpuProducts") or [])
     dp_configs = arts.get("device-plugin-configs.yaml") or {}
-    labels = arts.get("node-labels.yaml") or {}
-    pools = []
-    for pool in spec["cluster"]["nodePools"]:
-        pool_labels = next((lab for group, lab in labels.items() if group == pool["name"]), {})
-        cfg_name = pool_labels.get("nvidia.com/device-plugin.config", "default")
+    pools_by_name = {p["name"]: p for p in spec["cluster"]["nodePools"]}
+    first = spec["cluster"]["nodePools"][0]["name"]
+    groups = arts.get("node-groups.yaml")
+    if groups:   # one kind of node per group: its pool, its labels, the workloads on it
+        kinds = [(g["name"], g["pool"], g.get("labels") or {}, g.get("workloads") or []) for g in groups]
+    else:
+        labels = arts.get("node-labels.yaml") or {}
+        kinds = [(p["name"], p["name"], labels.get(p["name"], {}),
+                  [w["name"] for w in spec["workloads"] if w.get("nodePool", first) == p["name"]])
+                 for p in spec["cluster"]["nodePools"]]
+    out = []
+    for group, pool_name, group_labels, names in kinds:
+        pool = pools_by_name[pool_name]
+        cfg_name = group_labels.get("nvidia.com/device-plugin.config", "default")
         cfg = dp_configs.get(cfg_name)
         if cfg is None:
             # The chart's default config (platform.devicePlugin.config.default).
             cfg = yaml.safe_load(ol.device_plugin_configs(platform).get("default", "version: v1"))
-        mig = ol.mig_layout(arts.get("mig-parted-config.yaml"), pool_labels.get("nvidia.com/mig.config", ""),
+        mig = ol.mig_layout(arts.get("mig-parted-config.yaml"), group_labels.get("nvidia.com/mig.config", ""),
                             pool["gpusPerNode"])
         hw = ol.hardware_for_gpu(pool["gpu"], pool["gpusPerNode"], mig)
-        mine = [(w["name"], *workloads[w["name"]]) for w in spec["workloads"]
-                if w.get("nodePool", spec["cluster"]["nodePools"][0]["name"]) == pool["name"]
-                and w["name"] in workloads]
-        pools.append((pool["name"], cfg_name, yaml.safe_dump(cfg), hw, mine, env_args, gfd))
-    return pools
+        mine = [(n, *workloads[n]) for n in names if n in workloads]
+        out.append((f"{pool_name} (node group {group})", cfg_name, yaml.safe_dump(cfg), hw, mine, env_args, gfd))
+    return out
 
 
 def _examples():
@@ -147,20 +154,27 @@ def _examples():
 
 
 def _product_cases():
-    cases = []
-    for ex in _examples():
-        marks = []
-        if ex == "rtx4090-time-slicing.yaml":
-            marks = [pytest.mark.xfail(strict=True, reason=(
-                "issue 12: GFD appends -SHARED to nvidia.com/gpu.product only when the shared "
-                "resource is NOT renamed (k8s-device-plugin internal/lm/resource.go); values "
-                "renames (renameByDefault: true) and still expects -SHARED"))]
-        cases.append(pytest.param(ex, marks=marks, id=ex))
-    return cases
+    # (rtx4090-time-slicing was xfail here until issue 12's -SHARED rule was fixed.)
+    return [pytest.param(ex, id=ex) for ex in _examples()]
+
+
+# Node hardware the oracle cannot model faithfully, excluded by name (and checked to
+# still be a limit by test_oracle_limits_still_hold, so the exclusion goes once fixed):
+# go-nvml v0.13.4-1's H200 table (pkg/nvml/mock/gpus/h200.go) has MemorySizeMB 18432 /
+# 72704 of 144384 for the 1g/3g profiles its comments call 1g.18gb / 3g.71gb, which
+# go-nvlib's naming (device/mig_profile.go getMigMemorySizeGB: eighths rounded up) turns
+# into 1g.35gb / 3g.88gb; a real H200 reports the published 1g.18gb and 3g.71gb.
+def _mock_limit(hw: dict) -> str | None:
+    if hw.get("gpu") == "H200-SXM5-141GB" and hw.get("mig"):
+        return "H200 MIG names (go-nvml mock table)"
+    return None
 
 
 def _oracle_pools(example: str):
     for pool, cfg_name, text, hw, workloads, (env, args), gfd in _example_pools(example):
+        if _mock_limit(hw):
+            print(f"not judged: example {example}, pool {pool}: {_mock_limit(hw)}")
+            continue
         v = ol.device_plugin(text, hw, plugin_env=env, plugin_args=args,
                              gfd_env=gfd[0] if gfd else None, gfd_args=gfd[1] if gfd else None)
         where = f"example {example}, pool {pool}, device-plugin config {cfg_name!r}"
@@ -203,16 +217,35 @@ def test_plan_device_plugin_configs_accepted():
     for ex in planned:
         out = ol.plan(ex)
         assert out is not None, f"gpuvalues plan {ex}: nothing to plan"
-        spec = ol.spec(ex)
-        for name, cfg in (out.get("device_plugin_configs") or {}).items():
-            pool = next((p for p in spec["cluster"]["nodePools"] if p["name"] == name),
-                        spec["cluster"]["nodePools"][0])
-            mig = ol.mig_layout(out.get("mig_parted_config"), name, pool["gpusPerNode"])
-            v = ol.device_plugin(yaml.safe_dump(cfg), ol.hardware_for_gpu(pool["gpu"], pool["gpusPerNode"], mig),
-                                 gfd=False)
-            assert v.ok, f"gpuvalues plan {ex}: device-plugin config {name!r}: {v.component}: {v.error}"
+        pools = {p["name"]: p for p in ol.spec(ex)["cluster"]["nodePools"]}
+        configs = out.get("device_plugin_configs") or {}
+        for group in out.get("node_groups") or []:
+            labels = group.get("labels") or {}
+            name = labels.get("nvidia.com/device-plugin.config")
+            if name is None:
+                continue
+            pool = pools[group["pool"]]
+            mig = ol.mig_layout(out.get("mig_parted_config"), labels.get("nvidia.com/mig.config", ""),
+                                pool["gpusPerNode"])
+            hw = ol.hardware_for_gpu(pool["gpu"], pool["gpusPerNode"], mig)
+            if _mock_limit(hw):
+                continue
+            # With the chart's DaemonSet env (MPS_ROOT is required for MPS configs).
+            env, args = ol.container_env_args(ol.rendered("platform-on"), "-device-plugin", "nvidia-device-plugin")
+            v = ol.device_plugin(yaml.safe_dump(configs[name]), hw, plugin_env=env, plugin_args=args, gfd=False)
+            assert v.ok, (f"gpuvalues plan {ex}: node group {group['name']}, device-plugin config {name!r}: "
+                          f"{v.component}: {v.error}")
             checked += 1
     assert checked > 0, "no example's plan emitted a device-plugin config"
+
+
+def test_oracle_limits_still_hold():
+    """The H200 exclusion above is still needed: the mock names 3g.88gb, not 3g.71gb."""
+    hw = ol.hardware_for_gpu("H200-141GB", 1, {"0": ["3g.88gb"]})
+    assert ol.device_plugin("version: v1\nflags:\n  migStrategy: mixed\n", hw, gfd=False).ok
+    hw = ol.hardware_for_gpu("H200-141GB", 1, {"0": ["3g.71gb"]})
+    v = ol.device_plugin("version: v1\nflags:\n  migStrategy: mixed\n", hw, gfd=False)
+    assert not v.ok and 'unknown MIG profile "3g.71gb"' in v.error, v.raw
 
 
 # --- negative controls: configs upstream rejects make the check fail -----------------------

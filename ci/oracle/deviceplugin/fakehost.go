@@ -30,8 +30,9 @@ func fakeHost(srv nvml.Interface) error {
 		return err
 	}
 	// NewMockNvpci makes its tree in a fresh directory under os.TempDir(): point that
-	// at an empty directory so the tree is its only entry.
-	tmp, err := os.MkdirTemp("", "oracle-sysfs-")
+	// at an empty directory so the tree is its only entry. It lives in the tmpfs just
+	// mounted (private to this namespace), so it goes away with the process.
+	tmp, err := os.MkdirTemp("/proc/driver", "oracle-sysfs-")
 	if err != nil {
 		return err
 	}
