@@ -6,6 +6,7 @@ through its CLI (`.venv/bin/gpuvalues`) and rendered files, never its modules.""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import tempfile
@@ -79,8 +80,10 @@ def device_plugin(config_text: str | None, hardware: dict, *, plugin_env: dict |
             for side in ("plugin", "gfd"):
                 if side in req:
                     req[side]["env"].pop("CONFIG_FILE", None)
+        # TMPDIR: the oracle's mock sysfs tree (fakehost.go) is made under it, so it goes
+        # with this temporary directory (tests clean up after themselves)
         proc = subprocess.run([str(runner)], input=json.dumps(req), capture_output=True,
-                              text=True, timeout=60)
+                              text=True, timeout=60, env={**os.environ, "TMPDIR": tmp})
     try:
         out = json.loads(proc.stdout)
     except json.JSONDecodeError:
