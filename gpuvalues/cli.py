@@ -289,6 +289,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from gpuvalues.planners import simulate
 
     trace = traces.load_trace(args.trace)
+    if args.scale_to_zero:
+        rows = simulate.scale_to_zero_sweep(trace, args.scale_to_zero, replica_rps=args.replica_rps,
+                                            cold_start_s=args.startup_s,
+                                            gpus_per_replica=args.gpus_per_replica)
+        data = [r.as_dict() for r in rows]
+        emit(args, data, present.scale_to_zero_table)
+        return 0
     behaviors = traces.load_behaviors(args.behavior, args.startup_s) if args.behavior else None
     progress(args, f"replaying {args.trace} ({len(trace.times_s)} points)")
     report = simulate.plan_and_simulate(
@@ -437,6 +444,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inventory-gpus", type=float, help="warn when maxReplicas x GPUs exceeds this")
     p.add_argument("--plot", metavar="FILE.png", help="draw load, replicas and metric (needs matplotlib)")
     p.add_argument("--series", action="store_true", help="include per-step series in yaml/json output")
+    p.add_argument("--scale-to-zero", metavar="COOLDOWN_S,...", type=lambda s: [float(x) for x in s.split(",") if x],
+                   help="instead: replay scale to zero (KEDA) with these cooldowns; GPU-hours saved vs "
+                        "requests that waited for a cold start (--startup-s is the cold start)")
     p.set_defaults(func=cmd_simulate)
     p = sub.add_parser("values", help="build chart values (and MIG/device-plugin configs) from a spec")
     p.add_argument("spec", metavar="SPEC", help="spec file ('-' for stdin)")

@@ -264,3 +264,15 @@ def test_plan_and_values_emit_byte_identical_node_sides(capsys, tmp_path, path):
     assert names == sorted(p.name for p in b.iterdir()) and "node-labels.yaml" in names
     for name in names:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def test_simulate_scale_to_zero_trade(capsys):
+    """`simulate --scale-to-zero`: one row per cooldown, GPU-hours saved vs requests that
+    waited for a cold start (gpuvalues.planners.simulate.scale_to_zero)."""
+    code, out, _ = gv(capsys, "simulate", "spike", "--replica-rps", "2", "--startup-s", "120",
+                      "--scale-to-zero", "300,1800", "--output", "json")
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["cooldown_s"] for r in rows] == [300.0, 1800.0]
+    for r in rows:
+        assert r["gpu_hours_zero"] <= r["gpu_hours_min1"] and r["max_wait_s"] <= 120.0 + 15.0
