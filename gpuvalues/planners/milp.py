@@ -59,7 +59,7 @@ from typing import Any, Mapping, Sequence
 import highspy
 import numpy as np
 
-from gpuvalues.catalog import GpuModel, get_gpu
+from gpuvalues.catalog import GIB_PER_GB, GpuModel, get_gpu
 from gpuvalues.errors import CatalogError, PlanError
 from gpuvalues.planners import deviceplugin, mig, migparted
 
@@ -310,7 +310,12 @@ def _tput(d: ModelDemand, gpu: GpuModel, itype: str) -> float | None:
 @dataclass(frozen=True)
 class _IType:
     name: str
-    memory_gb: float
+    memory_gib: float        # usable, as nvidia-smi reports it (catalog memory_gib)
+
+
+def _need_gib(d: ModelDemand) -> float | None:
+    """A demand's memory (`memory_gb`, decimal GB) in GiB, to fit against usable memory."""
+    return None if d.memory_gb is None else d.memory_gb * GIB_PER_GB
 
 
 def _shared_replicas(pool: NodePool, gpu: GpuModel, demands: Sequence[ModelDemand]) -> int:
@@ -324,13 +329,12 @@ def _shared_replicas(pool: NodePool, gpu: GpuModel, demands: Sequence[ModelDeman
             raise PlanError(f"pool {pool.name!r}: {r} MPS clients exceed the limit of {limit} on {gpu.name} "
                             f"(compute capability {gpu.compute_capability})", field=f"pools.{pool.name}.sharing_replicas")
         return r
-    needs = [d.memory_gb for d in demands if d.memory_gb is not None and d.memory_gb <= gpu.memory_gb / 2]
+    needs = [_need_gib(d) for d in demands if d.memory_gb is not None and _need_gib(d) <= gpu.memory_gib / 2]
     if not needs:
         raise PlanError(f"pool {pool.name!r}: set sharing_replicas, or give models a memory_gb of at most half "
-                        f"of {gpu.name}'s {gpu.memory_gb:g} GB so replicas per GPU follow from memory",
+                        f"of {gpu.name}'s {gpu.memory_gib:g} GiB usable so replicas per GPU follow from memory",
                         field=f"pools.{pool.name}.sharing_replicas")
-    r = int(gpu.memory_gb // max(needs))
-    return min(r, limit) if limit else r
+    return deviceplugin.replicas_per_gpu(gpu, max(needs), pool.sharing)
 
 
 def _itypes(pool: NodePool, demands: Sequence[ModelDemand], replicas: int | None) -> list[_IType]:
@@ -339,10 +343,10 @@ def _itypes(pool: NodePool, demands: Sequence[ModelDemand], replicas: int | None
     if mode == "mig":
         named = {k.rsplit("/", 1)[-1] for d in demands for k in d.throughput_per_instance}
         named |= {p for d in demands for p in (d.allowed_profiles or ())}
-        return [_IType(p.name, p.memory_gb) for p in gpu.profiles if p.is_base or p.name in named]
+        return [_IType(p.name, p.memory_gib) for p in gpu.profiles if p.is_base or p.name in named]
     if mode == "whole":
-        return [_IType(WHOLE, gpu.memory_gb)]
-    return [_IType(SHARED, gpu.memory_gb / replicas)]
+        return [_IType(WHOLE, gpu.memory_gib)]
+    return [_IType(SHARED, gpu.memory_gib / replicas)]
 
 
 def _weight(d: ModelDemand, gpu: GpuModel, it: _IType) -> float | None:
@@ -351,7 +355,7 @@ def _weight(d: ModelDemand, gpu: GpuModel, it: _IType) -> float | None:
         return None
     if d.allowed_profiles is not None and it.name not in d.allowed_profiles:
         return None
-    if d.memory_gb is not None and d.memory_gb > it.memory_gb + 1e-9:
+    if d.memory_gb is not None and _need_gib(d) > it.memory_gib + 1e-9:
         return None
     if d.throughput is None:
         return 1.0
@@ -381,7 +385,7 @@ def _build(demands: Sequence[ModelDemand], pools: Sequence[NodePool], layout_rul
         its = _itypes(pool, demands, r)
         if mode == "mig" and layout_rule == "whole":
             full = gpu.full_profile
-            its = [_IType(full.name, full.memory_gb)]
+            its = [_IType(full.name, full.memory_gib)]
         for it in its:
             for m, d in enumerate(demands):
                 if d.pools is not None and pool.name not in d.pools:
@@ -582,9 +586,9 @@ def _diagnose(model: _Model, demands: Sequence[ModelDemand], costs: list[float])
             sizes = []
             for k, pool in enumerate(model.pools):
                 its = model.itypes[k]
-                big = max(its, key=lambda it: it.memory_gb)
-                sizes.append(f"{pool.name}: largest {big.name} {big.memory_gb:g} GB")
-            why = f"needs {d.memory_gb:g} GB" if d.memory_gb else "has no usable instance type"
+                big = max(its, key=lambda it: it.memory_gib)
+                sizes.append(f"{pool.name}: largest {big.name} {big.memory_gib:g} GiB usable")
+            why = f"needs {d.memory_gb:g} GB ({_need_gib(d):.2f} GiB)" if d.memory_gb else "has no usable instance type"
             if d.throughput is not None:
                 why += " or lacks a throughput entry for the instance types that fit"
             return PlanError(f"model {d.name!r} {why}; no instance in any pool can serve it ({'; '.join(sizes)}). "
@@ -954,7 +958,7 @@ def _warnings(model: _Model, demands) -> list[str]:
         r = model.shared_r[k]
         if model.modes[k] == "time-slicing":
             out.append(f"pool {pool.name}: {TIME_SLICING_WARNING}; each of the {r} replicas per {gpu.name} must "
-                       f"stay within {gpu.memory_gb / r:.1f} GB (OOM risk)")
+                       f"stay within {gpu.memory_gib / r:.1f} GiB (OOM risk)")
         elif model.modes[k] == "mps":
             lim = deviceplugin.mps_client_limits(gpu, r)
             out.append(f"pool {pool.name}: MPS limits each of the {r} clients per {gpu.name} to "

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuvalues import catalog
+from gpuvalues.catalog import GIB_PER_GB
 from gpuvalues.errors import PlanError
 from gpuvalues.planners import deviceplugin, migparted
 from gpuvalues.planners.milp import ModelDemand, NodePool, plan, sharing_plan
@@ -57,7 +58,9 @@ def oracle_layouts(gpu_name: str) -> tuple:
 def hall_ok(instances: Counter, demands, gpu) -> bool:
     """Can `instances` (profile -> count) host every model's replicas? (Hall's condition)"""
     def usable(d):
-        return {p for p in instances if d.memory_gb is None or gpu.profile(p).memory_gb >= d.memory_gb}
+        # usable GiB (nvidia-smi's figure) against the model's GB, as placement fits them
+        return {p for p in instances
+                if d.memory_gb is None or gpu.profile(p).memory_gib >= d.memory_gb * GIB_PER_GB - 1e-9}
     for r in range(1, len(demands) + 1):
         for S in itertools.combinations(demands, r):
             need = sum(d.replicas for d in S)
@@ -110,7 +113,7 @@ def test_planner_matches_brute_force(data):
             for inst in grp.instances:
                 if inst.model is not None:
                     d = next(d for d in demands if d.name == inst.model)
-                    assert g.profile(inst.profile).memory_gb >= d.memory_gb
+                    assert g.profile(inst.profile).memory_gib >= d.memory_gb * GIB_PER_GB - 1e-9
                     got[inst.model] += grp.count
     for d in demands:
         assert got[d.name] == d.replicas
@@ -231,9 +234,9 @@ def test_mps_plan_respects_client_limit():
     p = sharing_plan([ModelDemand("m", replicas=20, memory_gb=1)], "V100-32GB", "mps", gpus=2, gpus_per_node=2)
     assert p.pools[0].sharing_replicas == 16 and p.gpus_used == 2
     assert any("2048 MiB (total / replicas)" in w and "at most 16 clients" in w for w in p.warnings)
-    # T4 (CC 7.5): limit 48, memory gives 16 x 1 GB
+    # T4 (CC 7.5): limit 48; usable memory (14.88 GiB) holds 15 x 1 GB (0.93 GiB)
     p = sharing_plan([ModelDemand("m", replicas=20, memory_gb=1)], "T4", "mps", gpus=2, gpus_per_node=2)
-    assert p.pools[0].sharing_replicas == 16
+    assert p.pools[0].sharing_replicas == int(14.88 // (1e9 / 2**30)) == 15
     with pytest.raises(PlanError, match="exceed the limit of 16"):
         sharing_plan([ModelDemand("m", replicas=2, memory_gb=1)], "V100-32GB", "mps", gpus=1, replicas=20)
 

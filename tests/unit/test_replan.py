@@ -15,18 +15,21 @@ from functools import lru_cache
 import pytest
 
 from gpuvalues.errors import PlanError
+from gpuvalues.catalog import GIB_PER_GB, get_gpu
 from gpuvalues.planners.milp import ModelDemand, NodePool, replan
 from gpuvalues.planners.replan import CurrentLayout, CurrentNode
 
 # A30 maximal layouts over its base profiles (1g.6gb, 2g.12gb, 4g.24gb): MIG User Guide A30 table
 A30_LAYOUTS = ({"4g.24gb": 1}, {"2g.12gb": 2}, {"2g.12gb": 1, "1g.6gb": 2}, {"1g.6gb": 4})
-MEM = {"1g.6gb": 6, "2g.12gb": 12, "4g.24gb": 24}
+# usable memory (GiB, the catalog's nvidia-smi figures); demands are in GB (10^9 bytes)
+MEM = {p: get_gpu("A30").profile(p).memory_gib for p in ("1g.6gb", "2g.12gb", "4g.24gb")}
 
 
 def covers(layouts, demands) -> bool:
     inst = [MEM[p] for lay in layouts for p, c in lay.items() for _ in range(c)]
     for t in sorted({m for _, m in demands}, reverse=True):
-        if sum(1 for v in inst if v >= t) < sum(r for r, m in demands if m >= t):
+        need = t * GIB_PER_GB
+        if sum(1 for v in inst if v >= need - 1e-9) < sum(r for r, m in demands if m >= t):
             return False
     return True
 
