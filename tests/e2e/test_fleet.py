@@ -1,0 +1,225 @@
+"""Multi-workload fleets end to end on the real control plane (issue 12, issue 13 item 7).
+
+For each example spec: a fresh control plane (etcd, kube-apiserver, kube-controller-manager
+with the real HPA controller, kube-scheduler; kwok plays the kubelets) whose only nodes are
+the fleet's (`gpuvalues.expected_nodes`, CPU/memory hand-written: fleetlib.NODE_CAPACITY).
+The platform release and every workload release are installed with the real Helm 4
+(server-side apply) in the fleet's namespaces, then
+
+1. every workload is pinned at maxReplicas (the HPA's minReplicas raised to its
+   maxReplicas; the HPA controller scales) and every pod must be Running on a node of
+   its own pool that offers the GPU resource it requests, with no pod Pending;
+2. the platform release's one adapter ConfigMap, run by the real prometheus-adapter
+   against a real Prometheus that scrapes a test-served exporter (the one fake: no GPU or
+   model server here), must feed every HPA of every workload: ScalingActive True and
+   currentMetrics equal to what the exporter serves;
+3. the time-sliced (renamed and not) and MPS fleets are among the examples;
+4. negative control: the same time-slicing fleet with the renamed node group's
+   device-plugin config label removed leaves that group's workload Pending.
+
+A fresh cluster per example keeps examples independent (nodes, the one
+custom.metrics.k8s.io APIService); start-up is ~10 s of the run.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import gpuvalues
+from tests.conftest import ROOT
+from tests.e2e import e2elib, fleetlib
+from tests.e2e.conftest import Kube, harness
+
+EXAMPLES = ["mixed-a100-h100-mig", "mig-and-tp-one-pool", "time-slicing-renamed-and-not",
+            "mps-two-models"]
+
+#: value served per adapter metric name, below every target the fleets use, so the HPA
+#: wants no more than the pinned maxReplicas; each must come back in currentMetrics
+SERVED = {"DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.25, "DCGM_FI_DEV_GPU_UTIL": 20.0,
+          "vllm_num_requests_waiting": 1.0}
+
+
+def _fleet(name: str):
+    fleet = gpuvalues.build_fleet(gpuvalues.load_spec(ROOT / "examples" / f"{name}.yaml"))
+    assert not fleet.errors, fleet.errors
+    return fleet
+
+
+class FleetCluster:
+    """A control plane holding one fleet's nodes; stopped by close()."""
+
+    def __init__(self, fleet, helm4: str, nodes=None):
+        self.fleet = fleet
+        self.nodes = nodes if nodes is not None else fleetlib.fleet_nodes(fleet)
+        self.cluster = harness.Cluster.start()
+        self.kube = Kube(self.cluster, helm4)
+        self.cluster.add_nodes([n.manifest for n in self.nodes])
+        self.group_of = {n.manifest["metadata"]["name"]: n.group for n in self.nodes}
+
+    def close(self):
+        self.cluster.stop()
+
+
+@pytest.fixture
+def fleet_cluster(helm4):
+    made = []
+
+    def start(fleet, nodes=None):
+        t0 = time.monotonic()
+        fc = FleetCluster(fleet, helm4, nodes)
+        made.append(fc)
+        print(f"\ncluster with {len(fc.nodes)} fleet nodes up in {time.monotonic() - t0:.1f} s")
+        return fc
+
+    yield start
+    for fc in made:
+        fc.close()
+
+
+def _wire_adapter(fc: FleetCluster, prometheus_bin: str, tmp_path):
+    """Start Prometheus + the real adapter with the platform release's installed rules;
+    point the release's APIService at it. Returns (exporter, {served name: series})."""
+    kube, cluster, platform = fc.kube, fc.cluster, fc.fleet.platform
+    [cm] = [c for c in fleetlib.installed(kube, platform, "configmap")
+            if c["metadata"]["name"].endswith("-prometheus-adapter")]
+    [svc] = [s for s in fleetlib.installed(kube, platform, "service")
+             if s["metadata"]["name"].endswith("-prometheus-adapter")]
+    [api] = fleetlib.installed(kube, platform, "apiservice")
+    rules = tmp_path / "adapter-rules.yaml"
+    rules.write_text(cm["data"]["config.yaml"])
+    exporter = fleetlib.Exporter()
+    threading.Thread(target=exporter.serve_forever, daemon=True).start()
+    prom = fleetlib.start_prometheus(cluster, prometheus_bin, exporter, tmp_path)
+    port, _ = cluster.start_adapter(rules, prom)
+    cluster.expose_host_service(platform.namespace, svc["metadata"]["name"], api["metadata"]["name"], port)
+    return exporter, fleetlib.adapter_series(cm["data"]["config.yaml"])
+
+
+def _install_at_max(fc: FleetCluster) -> dict[str, int]:
+    """Install the platform release, then every workload release; pin each at max."""
+    fleetlib.install(fc.kube, fc.fleet.platform)
+    for r in fc.fleet.workloads:
+        fleetlib.install(fc.kube, r)
+    return {r.workload: fleetlib.pin_to_max(fc.kube, r) for r in fc.fleet.workloads}
+
+
+def _pods_by_workload(fc: FleetCluster) -> dict[str, list[dict]]:
+    return {r.workload: fleetlib.workload_pods(fc.kube, r) for r in fc.fleet.workloads}
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cluster, prometheus_bin, tmp_path):
+    t0 = time.monotonic()
+    fleet = _fleet(example)
+    fc = fleet_cluster(fleet)
+    kube = fc.kube
+    want = _install_at_max(fc)
+    adapter_on = fleet.platform.values["platform"]["prometheusAdapter"]["enabled"]
+    hpa_workloads = [r for r in fleet.workloads if r.values["autoscaling"]["engine"] == "hpa"]
+    exporter = None
+    if adapter_on:
+        exporter, series = _wire_adapter(fc, prometheus_bin, tmp_path)
+    else:
+        assert not hpa_workloads, "HPA workloads but no adapter in the platform release"
+
+    # 1. every pod of every workload Running at maxReplicas, none Pending
+    def all_running():
+        got = _pods_by_workload(fc)
+        ok = all(len(ps) == want[w] and all(p["status"].get("phase") == "Running" for p in ps)
+                 for w, ps in got.items())
+        return got if ok else None
+
+    try:
+        pods = fleetlib.wait(f"{sum(want.values())} pods Running at maxReplicas {want}", all_running, timeout=120)
+    except AssertionError:
+        got = _pods_by_workload(fc)
+        raise AssertionError("not every workload Running at maxReplicas: " + "; ".join(
+            f"{w}: {sum(p['status'].get('phase') == 'Running' for p in ps)}/{want[w]} Running, "
+            f"Pending {fleetlib.pending(ps)[:2]}" for w, ps in got.items())) from None
+    nodes = kube.nodes()
+    placements = {p.workload: p for p in fleet.placements}
+    used: dict[tuple[str, str], int] = {}
+    for w, ps in pods.items():
+        place = placements[w]
+        for pod in ps:
+            node_name = pod["spec"]["nodeName"]
+            group = fc.group_of.get(node_name)
+            assert group is not None and group.pool == place.pool.name, (
+                f"{pod['metadata']['name']} ({w}, pool {place.pool.name}) on {node_name}, "
+                f"group {group and group.name} of pool {group and group.pool}")
+            limits = fleetlib.gpu_limits(pod)
+            assert limits == {place.resource: place.count}, (w, limits, place.resource, place.count)
+            alloc = nodes[node_name]["status"]["allocatable"]
+            for res, n in limits.items():
+                assert int(alloc.get(res, 0)) >= n, (node_name, res, alloc)
+                used[node_name, res] = used.get((node_name, res), 0) + n
+    for (node_name, res), n in used.items():
+        assert n <= int(nodes[node_name]["status"]["allocatable"][res]), (node_name, res, n)
+
+    # 2. the platform's one adapter serves every HPA's metric, read by the real HPA controller
+    if exporter is not None:
+        expected: dict[str, dict[str, float]] = {}
+        with exporter.lock:
+            for r in hpa_workloads:
+                [hpa] = fleetlib.installed(kube, r, "hpa")
+                names = [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"]
+                missing = [n for n in names if n not in series]
+                assert not missing, f"{r.workload}: HPA metrics {missing} not served by the adapter rules {sorted(series)}"
+                values = {n: SERVED[n] for n in names}
+                expected[r.workload] = values
+                for pod in pods[r.workload]:
+                    exporter.series[r.namespace, pod["metadata"]["name"]] = {
+                        series[n]: v for n, v in values.items()}
+
+        def hpa_reads(r):
+            [hpa] = fleetlib.installed(kube, r, "hpa")
+            st = hpa.get("status", {})
+            active = any(c["type"] == "ScalingActive" and c["status"] == "True"
+                         for c in st.get("conditions", []))
+            current = {m["pods"]["metric"]["name"]: fleetlib.quantity(m["pods"]["current"]["averageValue"])
+                       for m in st.get("currentMetrics") or [] if m.get("type") == "Pods"}
+            ok = active and all(abs(current.get(n, -1) - v) < 1e-6 for n, v in expected[r.workload].items())
+            return ok or (st.get("conditions"), current)
+
+        def every_hpa():
+            got = {r.workload: hpa_reads(r) for r in hpa_workloads}
+            return True if all(v is True for v in got.values()) else None
+
+        try:
+            fleetlib.wait(f"every HPA ({len(hpa_workloads)}) reading its metric", every_hpa, timeout=90, interval=1)
+        except AssertionError:
+            raise AssertionError("HPAs not reading their metrics: " + repr(
+                {r.workload: hpa_reads(r) for r in hpa_workloads}) + "\nadapter log:\n"
+                + fc.cluster.logs("prometheus-adapter", 15)) from None
+        # still at max: the served values are below target, and minReplicas holds the floor
+        assert {w: len(ps) for w, ps in _pods_by_workload(fc).items()} == want
+    print(f"{example}: {sum(want.values())} pods at max in {time.monotonic() - t0:.1f} s")
+
+
+def test_negative_control_group_without_device_plugin_config_stays_pending(fleet_cluster):
+    """The renamed time-slicing group (phi-mini asks nvidia.com/gpu.shared) without its
+    device-plugin config label runs the default config: whole GPUs, no shared resource;
+    phi-mini stays Pending while the other pool's workload runs at max."""
+    fleet = _fleet("time-slicing-renamed-and-not")
+    place = {p.workload: p for p in fleet.placements}
+    assert place["phi-mini"].resource == "nvidia.com/gpu.shared"
+    [group] = [g for g in fleet.layout.node_groups if "phi-mini" in g.workloads]
+    broken = fleetlib.without_config_label(fleet, group.name)
+    fc = fleet_cluster(fleet, fleetlib.fleet_nodes(broken))
+    assert not any(fleetlib.DEVICE_PLUGIN_CONFIG_LABEL in n.manifest["metadata"]["labels"]
+                   for n in fc.nodes if n.group.name == group.name)
+    want = _install_at_max(fc)
+
+    def settled():
+        got = _pods_by_workload(fc)
+        qwen_ok = len(got["qwen-3b"]) == want["qwen-3b"] and all(
+            p["status"].get("phase") == "Running" for p in got["qwen-3b"])
+        unschedulable = [p for p in got["phi-mini"] if fleetlib.pending([p])
+                         and "Insufficient nvidia.com/gpu.shared" in (e2elib.unschedulable_message(p) or "")]
+        return got if qwen_ok and len(unschedulable) == want["phi-mini"] == len(got["phi-mini"]) else None
+
+    got = fleetlib.wait("phi-mini Pending (Insufficient nvidia.com/gpu.shared), qwen-3b Running",
+                        settled, timeout=90)
+    assert not any(p["spec"].get("nodeName") for p in got["phi-mini"])
