@@ -78,13 +78,16 @@ class Exporter(http.server.ThreadingHTTPServer):
     """Prometheus exposition text for the fleet's pods: for each (namespace, pod) the
     series the adapter's rules read, with the `namespace`/`pod` labels the scrape gives
     them (dcgm-exporter's pod attribution for DCGM_*, the ServiceMonitor's target labels
-    for a server's own metric such as vllm:num_requests_waiting). The one fake: no GPU
-    and no model server runs here. `series` maps (namespace, pod) -> {series: value}."""
+    for a server's own metrics such as vllm:num_requests_waiting). The one fake: no GPU
+    and no model server runs here. `series` maps (namespace, pod) -> {series: (type,
+    value)}: a gauge's value, or a counter's rate per second (it grows linearly from the
+    moment it is set, so `rate()` over it is that value)."""
 
     def __init__(self):
         super().__init__(("127.0.0.1", 0), _Handler)
-        self.series: dict[tuple[str, str], dict[str, float]] = {}
+        self.series: dict[tuple[str, str], dict[str, tuple[str, float]]] = {}
         self.lock = threading.Lock()
+        self.t0 = time.monotonic()
 
     @property
     def port(self) -> int:
@@ -92,15 +95,17 @@ class Exporter(http.server.ThreadingHTTPServer):
 
     def exposition(self) -> str:
         lines, typed = [], set()
+        elapsed = time.monotonic() - self.t0
         with self.lock:
             items = sorted(self.series.items())
         for (ns, pod), values in items:
-            for name, value in sorted(values.items()):
+            for name, (kind, value) in sorted(values.items()):
                 if name not in typed:
                     typed.add(name)
-                    lines.append(f"# TYPE {name} gauge")
+                    lines.append(f"# TYPE {name} {kind}")
+                shown = value * elapsed if kind == "counter" else value
                 lines.append(f'{name}{{gpu="0",Hostname="e2e",container="server",'
-                             f'namespace="{ns}",pod="{pod}"}} {value}')
+                             f'namespace="{ns}",pod="{pod}"}} {shown}')
         return "\n".join(lines) + "\n"
 
 
