@@ -180,18 +180,20 @@ def pin_to_max(kube, release: Release) -> int:
     .spec.replicas, so its minReplicas is raised to its maxReplicas and the real HPA
     controller scales the Deployment (it raises replicas below minReplicas without
     reading metrics: pkg/controller/podautoscaler/horizontal.go, reconcileAutoscaler).
-    Without an HPA (autoscaling off) the Deployment is scaled directly. Returns the
+    Under KEDA, whose operator does not run here (so nothing owns .spec.replicas), the
+    Deployment is scaled to the installed ScaledObject's maxReplicaCount. Returns the
     replica count."""
-    [hpa] = installed(kube, release, "hpa") or [None]
-    if hpa is None:
-        want = int(release.values["autoscaling"].get("maxReplicas") or 1)
-        [dep] = installed(kube, release, "deployment")
-        kube.kubectl("scale", "deployment", dep["metadata"]["name"], "-n", release.namespace,
-                     f"--replicas={want}")
+    hpas = installed(kube, release, "hpa")
+    if hpas:
+        [hpa] = hpas
+        want = int(hpa["spec"]["maxReplicas"])
+        kube.kubectl("patch", "hpa", hpa["metadata"]["name"], "-n", release.namespace,
+                     "--type=merge", "-p", json.dumps({"spec": {"minReplicas": want}}))
         return want
-    want = int(hpa["spec"]["maxReplicas"])
-    kube.kubectl("patch", "hpa", hpa["metadata"]["name"], "-n", release.namespace, "--type=merge",
-                 "-p", json.dumps({"spec": {"minReplicas": want}}))
+    [so] = installed(kube, release, "scaledobjects.keda.sh")
+    want = int(so["spec"]["maxReplicaCount"])
+    kube.kubectl("scale", "deployment", so["spec"]["scaleTargetRef"]["name"], "-n", release.namespace,
+                 f"--replicas={want}")
     return want
 
 

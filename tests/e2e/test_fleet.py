@@ -26,14 +26,20 @@ import threading
 import time
 
 import pytest
+import yaml
 
 import gpuvalues
 from tests.conftest import ROOT
 from tests.e2e import e2elib, fleetlib
 from tests.e2e.conftest import Kube, harness
 
+#: the multi-workload examples; keda-fleet has no HPA to read (KEDA's operator does not
+#: run here: its workloads are scaled to maxReplicaCount directly) and spans namespaces
 EXAMPLES = ["mixed-a100-h100-mig", "mig-and-tp-one-pool", "time-slicing-renamed-and-not",
-            "mps-two-models"]
+            "mps-two-models", "mixed-a100-h100-h200", "keda-fleet"]
+
+#: the example whose adapter is also run without one rule (the negative control of step 2)
+ADAPTER_CONTROL = "mixed-a100-h100-mig"
 
 #: What the exporter serves for each metric name the adapter can serve (its series, as
 #: gauges or counters with a rate per second) and the value the HPA must then read,
@@ -100,9 +106,23 @@ def _wire_adapter(fc: FleetCluster, prometheus_bin: str, tmp_path):
     exporter = fleetlib.Exporter()
     threading.Thread(target=exporter.serve_forever, daemon=True).start()
     prom = fleetlib.start_prometheus(cluster, prometheus_bin, exporter, tmp_path)
-    port, _ = cluster.start_adapter(rules, prom)
+    port, adapter = cluster.start_adapter(rules, prom)
     cluster.expose_host_service(platform.namespace, svc["metadata"]["name"], api["metadata"]["name"], port)
-    return exporter, fleetlib.adapter_series(cm["data"]["config.yaml"])
+    restart = _restarter(fc, prom, tmp_path, svc["metadata"]["name"], api["metadata"]["name"], adapter)
+    return exporter, fleetlib.adapter_series(cm["data"]["config.yaml"]), cm["data"]["config.yaml"], restart
+
+
+def _restarter(fc, prom, tmp_path, svc, api, adapter):
+    """restart(rules_yaml): the adapter again with other rules, the APIService moved to it."""
+    current = [adapter]
+
+    def restart(rules_yaml: str) -> None:
+        fc.cluster.terminate(current[0])
+        rules = tmp_path / "adapter-rules-2.yaml"
+        rules.write_text(rules_yaml)
+        port, current[0] = fc.cluster.start_adapter(rules, prom, name="prometheus-adapter-2")
+        fc.cluster.expose_host_service(fc.fleet.platform.namespace, svc, api, port)
+    return restart
 
 
 def _install_at_max(fc: FleetCluster) -> dict[str, int]:
@@ -128,7 +148,7 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
     hpa_workloads = [r for r in fleet.workloads if r.values["autoscaling"]["engine"] == "hpa"]
     exporter = None
     if adapter_on:
-        exporter, series = _wire_adapter(fc, prometheus_bin, tmp_path)
+        exporter, series, rules_yaml, restart = _wire_adapter(fc, prometheus_bin, tmp_path)
     else:
         assert not hpa_workloads, "HPA workloads but no adapter in the platform release"
 
@@ -204,6 +224,24 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
                 + fc.cluster.logs("prometheus-adapter", 15)) from None
         # still at max: the served values are below target, and minReplicas holds the floor
         assert {w: len(ps) for w, ps in _pods_by_workload(fc).items()} == want
+
+        if example == ADAPTER_CONTROL:
+            # Negative control of the check above (issue 12's bug: an adapter whose rules
+            # serve only some workloads' metrics): the same adapter without the vLLM rule.
+            # llama-70b's HPA must lose its metric, the MIG workloads' HPAs keep theirs.
+            rules = yaml.safe_load(rules_yaml)
+            rules["rules"] = [x for x in rules["rules"] if x["name"]["as"] != "vllm_num_requests_waiting"]
+            assert rules["rules"], "nothing left to serve"
+            restart(yaml.safe_dump(rules))
+
+            def only_vllm_unserved():
+                got = {r.workload: hpa_reads(r) for r in hpa_workloads}
+                lost = {w for w, v in got.items() if v is not True}
+                return lost == {"llama-70b"} and not any(
+                    c["type"] == "ScalingActive" and c["status"] == "True"
+                    for c in got["llama-70b"][0] or [])
+            fleetlib.wait("llama-70b's HPA without a metric once its rule is gone, the others reading",
+                          only_vllm_unserved, timeout=60, interval=1)
     print(f"{example}: {sum(want.values())} pods at max in {time.monotonic() - t0:.1f} s")
 
 
