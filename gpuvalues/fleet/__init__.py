@@ -208,6 +208,10 @@ def expected_nodes(fleet: Fleet):
                     pool.gpus_per_node * replicas
             else:
                 alloc["nvidia.com/gpu"] = pool.gpus_per_node
+            # GFD's sharing labeler: "true" only under an MPS config with no MIG-enabled
+            # GPU; the chart's MPS control daemon selects on it (k8s-device-plugin
+            # internal/lm/nvml.go, newSharingLabeler / isMPSCapable)
+            labels["nvidia.com/mps.capable"] = str(kind == "mps" and strategy == "none").lower()
             info = GpuInfo(product=labels["nvidia.com/gpu.product"], count=pool.gpus_per_node,
                            mig_capable=gpu.mig_capable, mig_strategy=strategy,
                            mig_profiles=mig_profiles, replicas=replicas,

@@ -29,6 +29,10 @@ from tests.e2e.e2elib import CHART
 #: 4 CPU / 32 GiB per inference pod by default, so a node holding 16 MIG-slice pods
 #: needs 64 CPU and 512 GiB before the DaemonSets.
 NODE_CAPACITY = {"cpu": "224", "memory": "2Ti", "pods": "110", "ephemeral-storage": "30Ti"}
+#: Hand-written too: the label Node Feature Discovery puts on every node with an NVIDIA
+#: PCI device (vendor 10de). NFD is a prerequisite of the platform, not part of the fleet;
+#: the chart's platform DaemonSets select on it, as upstream's device-plugin chart does.
+NFD_LABELS = {"feature.node.kubernetes.io/pci-10de.present": "true"}
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 INSTANCE = "app.kubernetes.io/instance"
 
@@ -52,6 +56,7 @@ def fleet_nodes(fleet: Fleet) -> list[FleetNode]:
         group = groups[n.name.rsplit("-", 1)[0]]
         for key in ("capacity", "allocatable"):
             manifest["status"][key] = {**NODE_CAPACITY, **manifest["status"][key]}
+        manifest["metadata"]["labels"] = {**NFD_LABELS, **manifest["metadata"]["labels"]}
         out.append(FleetNode(manifest, group))
     return out
 

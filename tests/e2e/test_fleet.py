@@ -8,7 +8,9 @@ The platform release and every workload release are installed with the real Helm
 
 1. every workload is pinned at maxReplicas (the HPA's minReplicas raised to its
    maxReplicas; the HPA controller scales) and every pod must be Running on a node of
-   its own pool that offers the GPU resource it requests, with no pod Pending;
+   its own pool that offers the GPU resource it requests, with no pod Pending; the
+   platform's DaemonSets (device plugin holding every config a node group selects, DCGM
+   exporter, MPS control daemon) run on every node they select;
 2. the platform release's one adapter ConfigMap, run by the real prometheus-adapter
    against a real Prometheus that scrapes a test-served exporter (the one fake: no GPU or
    model server here), must feed every HPA of every workload: ScalingActive True and
@@ -185,6 +187,30 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
                 used[node_name, res] = used.get((node_name, res), 0) + n
     for (node_name, res), n in used.items():
         assert n <= int(nodes[node_name]["status"]["allocatable"][res]), (node_name, res, n)
+
+    # 1b. the platform release's DaemonSets (device plugin with every node group's config,
+    # DCGM exporter, MPS control daemon) Ready on every fleet node their selector admits
+    [cm] = [c for c in fleetlib.installed(kube, fleet.platform, "configmap")
+            if c["metadata"]["name"].endswith("-device-plugin-configs")] or [None]
+    named = {g.labels[fleetlib.DEVICE_PLUGIN_CONFIG_LABEL] for g in fleet.layout.node_groups
+             if fleetlib.DEVICE_PLUGIN_CONFIG_LABEL in g.labels}
+    if named:
+        assert cm is not None and named <= set(cm["data"]), (
+            f"node groups select device-plugin configs {sorted(named)}, the platform's ConfigMap "
+            f"holds {sorted((cm or {}).get('data', {}))}")
+    daemonsets = fleetlib.installed(kube, fleet.platform, "daemonset")
+    kinds = {d["metadata"]["name"].removeprefix(f"{fleet.platform.name}-gpu-inference-") for d in daemonsets}
+    assert "device-plugin" in kinds, kinds
+    if any(p.sharing == "mps" for p in fleet.placements):
+        assert "mps-control-daemon" in kinds, kinds
+    for ds in daemonsets:
+        sel = ds["spec"]["template"]["spec"].get("nodeSelector") or {}
+        admitted = {n for n, o in nodes.items() if all(o["metadata"]["labels"].get(k) == v for k, v in sel.items())}
+        assert admitted, f"DaemonSet {ds['metadata']['name']} (nodeSelector {sel}) admits no fleet node"
+        match = e2elib.selector_string(ds["spec"]["selector"]["matchLabels"])
+        fleetlib.wait(f"DaemonSet {ds['metadata']['name']} Running on its {len(admitted)} nodes", lambda: {
+            p["spec"].get("nodeName") for p in kube.pods(fleet.platform.namespace, match)
+            if p["status"].get("phase") == "Running"} == admitted, timeout=60)
 
     # 2. the platform's one adapter serves every HPA's metric, read by the real HPA controller
     if exporter is not None:
