@@ -71,13 +71,24 @@ class FleetCluster:
     def __init__(self, fleet, helm4: str, nodes=None):
         self.fleet = fleet
         self.nodes = nodes if nodes is not None else fleetlib.fleet_nodes(fleet)
-        self.cluster = harness.Cluster.start()
+        self.exporters: list[fleetlib.Exporter] = []
+        try:
+            self.cluster = harness.Cluster.start()   # binaries missing: FAIL, never skip
+        except harness.ClusterError as e:
+            pytest.fail(str(e), pytrace=False)
         self.kube = Kube(self.cluster, helm4)
-        self.cluster.add_nodes([n.manifest for n in self.nodes])
+        try:
+            self.cluster.add_nodes([n.manifest for n in self.nodes])
+        except BaseException:
+            self.cluster.stop()
+            raise
         self.group_of = {n.manifest["metadata"]["name"]: n.group for n in self.nodes}
 
     def close(self):
-        self.cluster.stop()
+        self.cluster.stop()              # Prometheus and the adapter are its processes
+        for e in self.exporters:
+            e.shutdown()
+            e.server_close()
 
 
 @pytest.fixture
@@ -98,7 +109,8 @@ def fleet_cluster(helm4):
 
 def _wire_adapter(fc: FleetCluster, prometheus_bin: str, tmp_path):
     """Start Prometheus + the real adapter with the platform release's installed rules;
-    point the release's APIService at it. Returns (exporter, {served name: series})."""
+    point the release's APIService at it. Returns the exporter, {served name: series},
+    the rules' YAML and restart(rules_yaml) (the adapter again with other rules)."""
     kube, cluster, platform = fc.kube, fc.cluster, fc.fleet.platform
     [cm] = [c for c in fleetlib.installed(kube, platform, "configmap")
             if c["metadata"]["name"].endswith("-prometheus-adapter")]
@@ -108,6 +120,7 @@ def _wire_adapter(fc: FleetCluster, prometheus_bin: str, tmp_path):
     rules = tmp_path / "adapter-rules.yaml"
     rules.write_text(cm["data"]["config.yaml"])
     exporter = fleetlib.Exporter()
+    fc.exporters.append(exporter)
     threading.Thread(target=exporter.serve_forever, daemon=True).start()
     prom = fleetlib.start_prometheus(cluster, prometheus_bin, exporter, tmp_path)
     port, adapter = cluster.start_adapter(rules, prom)
