@@ -35,12 +35,15 @@ from tests.conftest import ROOT
 from tests.e2e import e2elib, fleetlib
 from tests.e2e.conftest import Kube, harness
 
-#: the multi-workload examples, and rtx4090-time-slicing (issue 12's unschedulable
-#: -SHARED example); keda-fleet has no HPA to read (KEDA's operator does not run here:
-#: its workloads are scaled to maxReplicaCount directly) and spans namespaces. The other
-#: one-workload examples are left out to keep the file under ~4 minutes (~25 s each).
+#: the multi-workload examples, rtx4090-time-slicing (issue 12's unschedulable -SHARED
+#: example) and nvlink-tp8 (8-GPU replicas on the NVLink topology label); keda-fleet has
+#: no HPA to read (KEDA's operator does not run here: its workloads are scaled to
+#: maxReplicaCount directly) and spans namespaces. single-a100 and keda (one whole-GPU
+#: workload, as tests/e2e/test_scenarios.py runs) are left out to keep the file under
+#: ~4 minutes (~20 s each); dra-fleet needs the DRA driver's ResourceSlices (not here).
 EXAMPLES = ["mixed-a100-h100-mig", "mig-and-tp-one-pool", "time-slicing-renamed-and-not",
-            "mps-two-models", "mixed-a100-h100-h200", "keda-fleet", "rtx4090-time-slicing"]
+            "mps-two-models", "mixed-a100-h100-h200", "keda-fleet", "rtx4090-time-slicing",
+            "nvlink-tp8"]
 
 #: the example whose adapter is also run without one rule (the negative control of step 2)
 ADAPTER_CONTROL = "mixed-a100-h100-mig"
