@@ -194,6 +194,10 @@ def group_node(pool, gpu, group: NodeGroup, layout: Layout) -> tuple[dict, dict,
         alloc["nvidia.com/gpu.shared" if renamed else "nvidia.com/gpu"] = pool.gpus_per_node * replicas
     else:
         alloc["nvidia.com/gpu"] = pool.gpus_per_node
+    # GFD's sharing labeler: "true" only under an MPS config with no MIG-enabled GPU; the
+    # chart's MPS control daemon selects on it (k8s-device-plugin internal/lm/nvml.go,
+    # newSharingLabeler / isMPSCapable)
+    labels["nvidia.com/mps.capable"] = str(kind == "mps" and strategy == "none").lower()
     return labels, alloc, mig_profiles, replicas, strategy
 
 

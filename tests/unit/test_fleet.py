@@ -345,6 +345,18 @@ def test_expected_nodes_for_the_fit_check():
     assert whole[0].allocatable == {"nvidia.com/gpu": 8}
 
 
+def test_expected_nodes_label_mps_capable_as_gfd_does():
+    # k8s-device-plugin internal/lm/nvml.go newSharingLabeler: "true" only under an MPS
+    # config; the chart's MPS control daemon DaemonSet selects nvidia.com/mps.capable=true,
+    # so without it the daemon never runs (found by tests/e2e/test_fleet.py)
+    mps = expected_nodes(fleet_of(EXAMPLES / "mps-two-models.yaml"))
+    assert {n.labels["nvidia.com/mps.capable"] for n in mps.nodes} == {"true"}
+    assert {n.labels["nvidia.com/gpu.sharing-strategy"] for n in mps.nodes} == {"mps"}
+    for other in ("time-slicing-renamed-and-not.yaml", "mixed-a100-h100-mig.yaml"):
+        inv = expected_nodes(fleet_of(EXAMPLES / other))
+        assert {n.labels["nvidia.com/mps.capable"] for n in inv.nodes} == {"false"}, other
+
+
 def test_latency_slo_bounds_the_queue_wait():
     load = "    gpus: 1\n    throughputPerReplica: 1\n    load: {base: 1, peak: 2}\n"
     loose = build_checked(spec(workload=load)).release("w").values["autoscaling"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import random
-from functools import lru_cache
 
 import pytest
 
