@@ -25,32 +25,9 @@ command -v "$GO" >/dev/null || die "Go not found (need Go >= 1.25 on PATH or GO=
 mkdir -p "$CACHE"
 rm -rf "$CACHE"/.tmp-*  # logs of earlier failed builds
 
-# run_build <name> <version> <function>: skip when cached, else build into a temp dir and
-# move it into place only on success (no half-built cache entry).
-run_build() {
-  local name=$1 version=$2 fn=$3 dir="$CACHE/$1-$2"
-  if [ -x "$dir/bin/$name" ]; then
-    echo "e2e build: $name $version cached at $dir"
-    return 0
-  fi
-  echo "e2e build: building $name $version ..."
-  local tmp start end
-  tmp=$(mktemp -d "$CACHE/.tmp-$name-XXXXXX")
-  start=$(date +%s)
-  # In the background, not under `if`: bash ignores `set -e` inside an if condition, even
-  # in subshells, and a failed step must stop the build function.
-  ( "$fn" "$version" "$tmp" ) >"$tmp/build.log" 2>&1 &
-  if ! wait $! || [ ! -x "$tmp/bin/$name" ]; then
-    tail -n 40 "$tmp/build.log" >&2
-    die "$name $version failed to build (full log: $tmp/build.log)"
-  fi
-  end=$(date +%s)
-  echo $((end - start)) >"$tmp/build-seconds"
-  chmod 755 "$tmp"
-  rm -rf "$dir"
-  mv "$tmp" "$dir"
-  echo "e2e build: $name $version built in $((end - start)) s -> $dir/bin/$name"
-}
+BUILD_LABEL="e2e build"
+# shellcheck source=../run-build.sh
+. "$ROOT/ci/run-build.sh"
 
 # kube-apiserver, kube-controller-manager, kube-scheduler as one multi-call binary.
 build_kube() {

@@ -28,29 +28,9 @@ exec 9>"$CACHE/.lock"
 flock 9
 rm -rf "$CACHE"/.tmp-*  # logs of earlier failed builds
 
-# run_build <name> <version> <function>: as ci/e2e/build.sh run_build.
-run_build() {
-  local name=$1 version=$2 fn=$3 dir="$CACHE/$1-$2"
-  if [ -x "$dir/bin/$name" ]; then
-    echo "oracle build: $name $version cached at $dir"
-    return 0
-  fi
-  echo "oracle build: building $name $version ..."
-  local tmp start end
-  tmp=$(mktemp -d "$CACHE/.tmp-$name-XXXXXX")
-  start=$(date +%s)
-  ( "$fn" "$version" "$tmp" ) >"$tmp/build.log" 2>&1 &
-  if ! wait $! || [ ! -x "$tmp/bin/$name" ]; then
-    tail -n 40 "$tmp/build.log" >&2
-    die "$name $version failed to build (full log: $tmp/build.log)"
-  fi
-  end=$(date +%s)
-  echo $((end - start)) >"$tmp/build-seconds"
-  chmod 755 "$tmp"
-  rm -rf "$dir"
-  mv "$tmp" "$dir"
-  echo "oracle build: $name $version built in $((end - start)) s -> $dir/bin/$name"
-}
+BUILD_LABEL="oracle build"
+# shellcheck source=../run-build.sh
+. "$ROOT/ci/run-build.sh"
 
 moddir() {  # moddir <module>@<version>: the module's source dir in Go's module cache
   "$GO" mod download -json "$1" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'

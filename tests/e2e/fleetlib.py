@@ -23,6 +23,7 @@ import gpuvalues
 from gpuvalues.fleet import Fleet, NodeGroup, Release
 from tests.e2e import e2elib
 from tests.e2e.e2elib import CHART
+from tests.exposition import ExpositionHandler as _Handler
 
 #: Hand-written, not derived: the CPU, memory and pod capacity of every fake GPU node,
 #: a DGX-class server (DGX A100/H100: 2 x 64-112 cores, 1-2 TiB). The chart requests
@@ -112,19 +113,6 @@ class Exporter(http.server.ThreadingHTTPServer):
                 lines.append(f'{name}{{gpu="0",Hostname="e2e",container="server",'
                              f'namespace="{ns}",pod="{pod}"}} {shown}')
         return "\n".join(lines) + "\n"
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 (http.server API)
-        body = self.server.exposition().encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 def adapter_series(rules_yaml: str) -> dict[str, str]:

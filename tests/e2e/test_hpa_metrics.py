@@ -22,6 +22,7 @@ import yaml
 from tests.e2e import e2elib
 from tests.e2e.conftest import harness
 from tests.e2e.e2elib import CHART
+from tests.exposition import ExpositionHandler as _Handler
 
 METRIC = "DCGM_FI_DEV_GPU_UTIL"
 
@@ -44,19 +45,6 @@ class Exporter(http.server.ThreadingHTTPServer):
                              f'modelName="NVIDIA A100-SXM4-80GB",Hostname="dcgm-exporter-e2e",'
                              f'container="server",namespace="{self.namespace}",pod="{pod}"}} {value}')
         return "\n".join(lines) + "\n"
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 (http.server API)
-        body = self.server.exposition().encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 def test_hpa_scales_on_gpu_metric_through_real_adapter(kube, namespace, prometheus_bin, tmp_path):

@@ -29,6 +29,7 @@ from gpuvalues.operations.remediation import ANN_STATE, CONDITION_TYPE, TAINT_KE
 from tests.e2e import e2elib
 from tests.e2e.conftest import POOL, harness
 from tests.e2e.e2elib import CHART, ROOT
+from tests.exposition import ExpositionHandler as _Handler
 
 SYNC = 2.0          # controller sync period (s)
 GPU = "nvidia.com/gpu"
@@ -53,19 +54,6 @@ class FakeDcgmExporter(http.server.ThreadingHTTPServer):
                 if n in self.xid:
                     out.append(f'DCGM_EXP_XID_ERRORS_COUNT{{{lab},xid="{self.xid[n]}",window_size_in_ms="300000"}} 1')
         return "\n".join(out) + "\n"
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
-        body = self.server.exposition().encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ import yaml
 
 from tests.e2e.conftest import harness
 from tests.e2e.e2elib import CHART, ROOT
+from tests.exposition import ExpositionHandler as _QueueHandler
 
 CRDS = ROOT / "tests" / "chart" / "data" / "crds"
 SERVING_CRDS = ["inferencepool-v1", "inferenceobjective-v1alpha2", "httproute-v1", "gateway-v1"]
@@ -149,19 +150,6 @@ class QueueExporter(http.server.ThreadingHTTPServer):
         return (f"# TYPE {m} gauge\n"
                 f'{m}{{fairness_id="default",priority="0",inference_pool="{self.pool}",'
                 f'model_name="m",target_model_name="m"}} {self.value}\n')
-
-
-class _QueueHandler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 (http.server API)
-        body = self.server.exposition().encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 def keda_binary() -> Path:

@@ -15,6 +15,7 @@ import yaml
 
 from gpuvalues.operations.signals import Prometheus, PrometheusError, SignalConfig, faults_from_results
 from tests.e2e.conftest import harness  # the harness's free_port (bind(0) races)
+from tests.exposition import ExpositionHandler as _Handler
 
 NODES = ["a", "b", "c", "d", "e", "f", "g"]
 
@@ -42,19 +43,6 @@ class Fixture(http.server.ThreadingHTTPServer):
         out.append('DCGM_EXP_XID_ERRORS_COUNT{gpu="0",UUID="GPU-a",Hostname="a",xid="79",window_size_in_ms="300000"} 1')
         out.append('DCGM_EXP_XID_ERRORS_COUNT{gpu="0",UUID="GPU-c",Hostname="c",xid="13",window_size_in_ms="300000"} 4')
         return "\n".join(out) + "\n"
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
-        body = self.server.exposition().encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture(scope="module")
