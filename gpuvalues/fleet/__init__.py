@@ -13,7 +13,7 @@ values. Nothing here runs helm or touches files.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from gpuvalues import catalog
@@ -41,7 +41,7 @@ class Fleet:
     layout: Layout | None
     releases: tuple[Release, ...]
     findings: tuple[Finding, ...] = ()
-    decisions: tuple[str, ...] = field(default=())
+    decisions: tuple[str, ...] = ()
 
     @property
     def platform(self) -> Release:

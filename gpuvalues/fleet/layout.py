@@ -15,11 +15,11 @@ layout gives it at most; `shortages` say where peak demand does not fit.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from gpuvalues.catalog import GIB_PER_GB
-from gpuvalues.errors import Finding, PlanError
+from gpuvalues.errors import PlanError
 from gpuvalues.fleet.placement import Placement, spec_error
 from gpuvalues.fleet.spec import NodePool, Spec
 from gpuvalues.planners import deviceplugin, migparted, topology
@@ -72,7 +72,6 @@ class Layout:
     plan: Any = None                         # milp.Plan of the MIG pools, or None
     notes: tuple[str, ...] = ()
     shortages: tuple[Shortage, ...] = ()
-    problems: tuple[Finding, ...] = field(default=(), compare=False)
 
     def groups_of(self, pool: str) -> tuple[NodeGroup, ...]:
         """The node groups of one pool."""
