@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
@@ -27,6 +25,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_fit import cluster  # noqa: E402
 
+from benchlib import timed  # noqa: E402
 from gpuvalues import yamlio  # noqa: E402
 from gpuvalues.io.cluster import load_inventory  # noqa: E402
 
@@ -43,15 +42,6 @@ def kubectl_json(inv) -> dict:
                       "status": {"capacity": {k: str(v) for k, v in n.capacity.items()},
                                  "allocatable": {k: str(v) for k, v in n.allocatable.items()}}})
     return {"apiVersion": "v1", "kind": "List", "items": items}
-
-
-def timed(fn, runs: int) -> tuple[float, float]:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), max(times) - min(times)
 
 
 def main() -> int:

@@ -11,16 +11,15 @@ NV4 on PCIe (PIX/PHB/SYS by distance) -- the go-gpuallocator best-effort search,
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchlib import timed  # noqa: E402
 from gpuvalues.planners.topology import parse_topo_matrix  # noqa: E402
 
 TARGET_S = 2.0
@@ -42,15 +41,6 @@ NODES = {
     "NV4 pairs on PCIe": lambda i, j: "NV4" if i // 2 == j // 2 else
     ("PIX" if i // 4 == j // 4 else "PHB" if i // 16 == j // 16 else "SYS"),
 }
-
-
-def timed(fn, runs: int) -> tuple[float, float]:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), max(times) - min(times)
 
 
 def main() -> int:

@@ -455,6 +455,31 @@ def _prices(pools: Sequence[NodePool], objective: str, prices: Mapping[str, floa
 _BANNER_SHOWN = False
 
 
+def run_highs(lp: highspy.HighsLp, *, integer: bool, time_limit: float, rel_gap: float = 0.0,
+              abs_gap: float = 0.999, start=None):
+    """Solve `lp` with HiGHS, quietly and deterministically (one thread, seed 0), within
+    `time_limit`, warm-started from `start` for a MIP: (status, info, solution or None).
+    Shared by the plan and the re-plan models."""
+    h = _new_highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    h.setOptionValue("random_seed", 0)
+    h.setOptionValue("time_limit", max(float(time_limit), 1e-3))
+    if integer:
+        h.setOptionValue("mip_rel_gap", float(rel_gap))
+        h.setOptionValue("mip_abs_gap", abs_gap)
+    h.passModel(lp)
+    if integer and start is not None:
+        warm = highspy.HighsSolution()
+        warm.col_value = list(map(float, start))
+        warm.value_valid = True
+        h.setSolution(warm)
+    h.run()
+    status, info = h.getModelStatus(), h.getInfo()
+    sol = np.array(h.getSolution().col_value) if info.primal_solution_status == 2 else None
+    return status, info, sol
+
+
 class Rows:
     """The constraint rows of a HiGHS LP, added one at a time (row-wise sparse matrix);
     `lp()` makes the `HighsLp`. Shared by the plan and the re-plan models."""
@@ -552,24 +577,8 @@ def _solve(model: _Model, demands: Sequence[ModelDemand], costs: list[float], *,
         entries = [(col_index[("z", k, it, mm)], w) for (k, it, mm), w in model.weights.items() if mm == m]
         add_row(entries, _need(d) if needs is None else needs[m], inf)
     lp = rows.lp(cost, np.zeros(n), np.full(n, inf), integer=integer)
-    h = _new_highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("threads", 1)
-    h.setOptionValue("random_seed", 0)
-    h.setOptionValue("time_limit", max(float(time_limit), 1e-3))
-    if integer:
-        h.setOptionValue("mip_rel_gap", float(rel_gap))
-        h.setOptionValue("mip_abs_gap", abs_gap)
-    h.passModel(lp)
-    if integer and start is not None:
-        warm = highspy.HighsSolution()
-        warm.col_value = list(map(float, start))
-        warm.value_valid = True
-        h.setSolution(warm)
-    h.run()
-    status = h.getModelStatus()
-    info = h.getInfo()
-    sol = np.array(h.getSolution().col_value) if info.primal_solution_status == 2 else None
+    status, info, sol = run_highs(lp, integer=integer, time_limit=time_limit, rel_gap=rel_gap,
+                                  abs_gap=abs_gap, start=start)
     return status, info, sol, cols
 
 

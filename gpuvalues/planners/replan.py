@@ -240,23 +240,9 @@ def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node
         cost[:] = 0.0
         offset = 0.0
     lp = rows.lp(cost, lower, upper, integer=integer, offset=offset)
-    h = milp._new_highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("threads", 1)
-    h.setOptionValue("random_seed", 0)
-    h.setOptionValue("time_limit", max(float(time_limit), 1e-3))
-    if integer:
-        h.setOptionValue("mip_rel_gap", 0.0)
-        h.setOptionValue("mip_abs_gap", 0.999)   # both objectives are integers
-    h.passModel(lp)
-    if integer and start is not None:
-        warm = highspy.HighsSolution()
-        warm.col_value = list(map(float, start))
-        warm.value_valid = True
-        h.setSolution(warm)
-    h.run()
-    status, info = h.getModelStatus(), h.getInfo()
-    sol = np.array(h.getSolution().col_value) if info.primal_solution_status == 2 else None
+    # both objectives are integers: an absolute gap under 1 proves the optimum
+    status, info, sol = milp.run_highs(lp, integer=integer, time_limit=time_limit, rel_gap=0.0,
+                                       abs_gap=0.999, start=start)
     bound = float(info.mip_dual_bound) if integer else float(info.objective_function_value)
     return status, float(info.objective_function_value), sol, cols, cur_keys, bound
 
