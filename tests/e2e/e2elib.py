@@ -182,3 +182,28 @@ def dra_objects(nodes: list[Mapping], device_class: str) -> list[dict]:
                                   "type": {"string": "gpu"}, "index": {"int": i}},
                                   "capacity": {"memory": {"value": "80Gi"}}} for i in range(gpus)]}})
     return objs
+
+
+def start_prometheus(cluster, prometheus_bin: str, workdir: Path, job: str, target_port: int, *,
+                     honor_labels: bool = True, labels: Mapping[str, str] | None = None,
+                     name: str = "prometheus"):
+    """A real Prometheus on loopback scraping one test-served exporter every second
+    (honor_labels as the chart's ServiceMonitors set it), supervised by `cluster`.
+    Returns (process, base URL without a trailing slash)."""
+    from tests.e2e.conftest import harness
+
+    port = harness.free_port()
+    target: dict = {"targets": [f"127.0.0.1:{target_port}"]}
+    if labels:
+        target["labels"] = dict(labels)
+    scrape: dict = {"job_name": job, "static_configs": [target]}
+    if honor_labels:
+        scrape["honor_labels"] = True
+    cfg = workdir / "prometheus.yml"
+    cfg.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                                   "scrape_configs": [scrape]}))
+    proc = cluster.spawn(name, [prometheus_bin, f"--config.file={cfg}",
+                                f"--storage.tsdb.path={workdir / 'tsdb'}",
+                                f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                         ready_url=f"http://127.0.0.1:{port}/-/ready")
+    return proc, f"http://127.0.0.1:{port}"

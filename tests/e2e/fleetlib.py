@@ -132,19 +132,8 @@ def adapter_series(rules_yaml: str) -> dict[str, str]:
 def start_prometheus(cluster, prometheus_bin: str, exporter: Exporter, workdir: Path) -> str:
     """The real Prometheus scraping the exporter every second (honor_labels, as the
     chart's ServiceMonitors set it); returns its URL."""
-    from tests.e2e.conftest import harness
-
-    port = harness.free_port()
-    cfg = workdir / "prometheus.yml"
-    cfg.write_text(yaml.safe_dump({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [{"job_name": "fleet", "honor_labels": True,
-                            "static_configs": [{"targets": [f"127.0.0.1:{exporter.port}"]}]}]}))
-    cluster.spawn("prometheus", [prometheus_bin, f"--config.file={cfg}",
-                                 f"--storage.tsdb.path={workdir / 'tsdb'}",
-                                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                  ready_url=f"http://127.0.0.1:{port}/-/ready")
-    return f"http://127.0.0.1:{port}/"
+    _, url = e2elib.start_prometheus(cluster, prometheus_bin, workdir, "fleet", exporter.port)
+    return url + "/"
 
 
 # --- installing the fleet ---------------------------------------------------------------

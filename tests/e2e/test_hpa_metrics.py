@@ -17,10 +17,8 @@ import math
 import threading
 
 import pytest
-import yaml
 
 from tests.e2e import e2elib
-from tests.e2e.conftest import harness
 from tests.e2e.e2elib import CHART
 from tests.exposition import ExpositionHandler as _Handler
 
@@ -71,18 +69,12 @@ def test_hpa_scales_on_gpu_metric_through_real_adapter(kube, namespace, promethe
     procs = []
     try:
         # Prometheus scraping the exporter every second, honor_labels as the chart's ServiceMonitor
-        prom_port = harness.free_port()
-        cfg = tmp_path / "prometheus.yml"
-        cfg.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": "dcgm-exporter", "honor_labels": True,
-                                "static_configs": [{"targets": [f"127.0.0.1:{exporter.server_address[1]}"]}]}]}))
-        procs.append(cluster.spawn("prometheus", [prometheus_bin, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                                     f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-                      ready_url=f"http://127.0.0.1:{prom_port}/-/ready"))
+        prom, prom_url = e2elib.start_prometheus(cluster, prometheus_bin, tmp_path, "dcgm-exporter",
+                                                 exporter.server_address[1])
+        procs.append(prom)
         rules = tmp_path / "adapter-rules.yaml"
         rules.write_text(cm["data"]["config.yaml"])
-        adapter_port, adapter = cluster.start_adapter(rules, f"http://127.0.0.1:{prom_port}/")
+        adapter_port, adapter = cluster.start_adapter(rules, f"{prom_url}/")
         procs.append(adapter)
 
         kube.helm("install", release, str(CHART), "-n", namespace, values=extra)

@@ -62,16 +62,9 @@ def dcgm(e2e_cluster, prometheus_bin, tmp_path_factory):
     exporter = FakeDcgmExporter()
     threading.Thread(target=exporter.serve_forever, daemon=True).start()
     d = tmp_path_factory.mktemp("prom")
-    port = harness.free_port()
-    cfg = d / "prometheus.yml"
-    cfg.write_text(yaml.safe_dump({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [{"job_name": "dcgm-exporter", "honor_labels": True,
-                            "static_configs": [{"targets": [f"127.0.0.1:{exporter.server_address[1]}"]}]}]}))
-    proc = e2e_cluster.spawn("prometheus-remediation", [
-        prometheus_bin, f"--config.file={cfg}", f"--storage.tsdb.path={d / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"], ready_url=f"http://127.0.0.1:{port}/-/ready")
-    yield exporter, f"http://127.0.0.1:{port}"
+    proc, url = e2elib.start_prometheus(e2e_cluster, prometheus_bin, d, "dcgm-exporter",
+                                        exporter.server_address[1], name="prometheus-remediation")
+    yield exporter, url
     e2e_cluster.terminate(proc)
     exporter.shutdown()
     exporter.server_close()

@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import harness
+from tests.e2e import e2elib
 from tests.e2e.e2elib import CHART, ROOT
 from tests.exposition import ExpositionHandler as _QueueHandler
 
@@ -171,17 +172,11 @@ def test_keda_scales_from_zero_when_the_queue_rises(kube, namespace, prometheus_
     threading.Thread(target=exporter.serve_forever, daemon=True).start()
     procs = []
     try:
-        prom_port = harness.free_port()
-        cfg = tmp_path / "prometheus.yml"
-        cfg.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": "epp", "static_configs": [{
-                "targets": [f"127.0.0.1:{exporter.server_address[1]}"],
-                "labels": {"namespace": namespace}}]}]}))  # the target namespace, as a ServiceMonitor adds it
-        procs.append(cluster.spawn("prometheus-s2z", [
-            prometheus_bin, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-            ready_url=f"http://127.0.0.1:{prom_port}/-/ready"))
+        # the target namespace as a label, as a ServiceMonitor adds it
+        prom, prom_url = e2elib.start_prometheus(
+            cluster, prometheus_bin, tmp_path, "epp", exporter.server_address[1], honor_labels=False,
+            labels={"namespace": namespace}, name="prometheus-s2z")
+        procs.append(prom)
         # KEDA's gRPC metrics service needs a serving cert (ca.crt, tls.crt, tls.key)
         certs = tmp_path / "keda-certs"
         certs.mkdir()
@@ -198,7 +193,7 @@ def test_keda_scales_from_zero_when_the_queue_rises(kube, namespace, prometheus_
             ready_url=f"http://127.0.0.1:{health}/healthz", timeout=240))
 
         values = values_of("scale-to-zero-keda", gateway={"enabled": True, "parentRefs": [{"name": "inference-gateway"}]})
-        values["autoscaling"]["keda"].update({"serverAddress": f"http://127.0.0.1:{prom_port}", "pollingInterval": 1,
+        values["autoscaling"]["keda"].update({"serverAddress": prom_url, "pollingInterval": 1,
                                               "cooldownPeriod": 5})
         kube.kubectl("create", "secret", "generic", "hf-token", "-n", namespace, "--from-literal=token=e2e-not-a-token")
         kube.helm("install", release, str(CHART), "-n", namespace, values=values)
