@@ -44,13 +44,9 @@ build_deviceplugin() {
   cp "$HERE"/deviceplugin/*.go "$src/"
   sed -e "s/@DEVICE_PLUGIN_VERSION@/$v/" -e "s/@GO_NVML_VERSION@/$GO_NVML_VERSION/" \
     "$HERE/deviceplugin/go.mod.in" >"$src/go.mod"
-  # node-feature-discovery v0.15.7 (the plugin's requirement; only its API types are
-  # compiled in, for GFD's NodeFeature output, unused here) is refused by the proxy;
-  # v0.15.4 is the newest 0.15.x it serves.
-  echo "replace sigs.k8s.io/node-feature-discovery => sigs.k8s.io/node-feature-discovery $NFD_VERSION" >>"$src/go.mod"
   # NVIDIA's mock GPU tables and mock server (go-nvml pkg/nvml/mock/{gpus,server} of
-  # GO_NVML_MOCK_VERSION), compiled against the plugin's own go-nvml: that newer go-nvml
-  # as a whole breaks the plugin's go-nvlib (DEVICE_ARCH_T23X removed).
+  # GO_NVML_MOCK_VERSION), compiled against the plugin's own go-nvml (the plugin's
+  # go-nvml has no pkg/nvml/mock/gpus).
   nvml=$(moddir "github.com/NVIDIA/go-nvml@$GO_NVML_MOCK_VERSION")
   [ -d "$nvml/pkg/nvml/mock/gpus" ] || die "go-nvml $GO_NVML_MOCK_VERSION has no pkg/nvml/mock/gpus"
   local pkg

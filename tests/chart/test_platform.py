@@ -212,7 +212,7 @@ def test_device_plugin_daemonset():
 def test_config_manager_can_read_its_node():
     objects = objs("helm", "platform-on")
     role = one(objects, "ClusterRole", "device-plugin")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
+    assert role["rules"][0] == {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
     binding = one(objects, "ClusterRoleBinding", "device-plugin")
     ds = one(objects, "DaemonSet", "device-plugin")
     assert binding["subjects"][0]["name"] == ds["spec"]["template"]["spec"]["serviceAccountName"]
@@ -263,6 +263,22 @@ def test_gfd_shares_the_configs_and_signals_itself():
     vols = {v["name"]: v for v in gfd["spec"]["template"]["spec"]["volumes"]}
     assert vols["available-configs"]["configMap"]["name"] == cm["metadata"]["name"]
     assert vols["output-dir"]["hostPath"]["path"] == "/etc/kubernetes/node-feature-discovery/features.d"
+
+
+@pytest.mark.parametrize("api", [True, False])
+def test_gfd_node_feature_api_is_explicit_with_its_rbac(helm4, api):
+    """GFD's default output moved from the features.d file to NodeFeature objects in
+    v0.19 (cmd/gpu-feature-discovery/main.go use-node-feature-api): the chart says which,
+    and grants the NodeFeature and pod rules of upstream role.yml only for the API."""
+    objects = render(helm4, values={"platform": {"devicePlugin": {"enabled": True},
+                                                 "gfd": {"enabled": True, "useNodeFeatureAPI": api}}})
+    gfd = containers(one(objects, "DaemonSet", "gpu-feature-discovery"))["gpu-feature-discovery"]
+    assert env(gfd)["GFD_USE_NODE_FEATURE_API"] == str(api).lower()
+    rules = one(objects, "ClusterRole", "device-plugin")["rules"]
+    nodefeatures = [r for r in rules if "nfd.k8s-sigs.io" in r["apiGroups"]]
+    assert bool(nodefeatures) == api
+    if api:
+        assert set(nodefeatures[0]["verbs"]) >= {"create", "update"}
 
 
 GENERATED = [

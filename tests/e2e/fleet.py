@@ -1,8 +1,13 @@
-"""The e2e fleet from node hardware descriptions (tests/e2e/hardware.yaml): each node's
-GPU labels and GPU resources are what the upstream device plugin and GFD produce for its
-hardware and device-plugin config (ci/oracle/deviceplugin, via tests/oracle/oraclelib),
-with the chart's DaemonSet env; only CPU/memory capacity, the GPU taint and the labels
-set by other components are taken from the description.
+"""The e2e nodes from node hardware: each node's GPU labels and GPU resources are what
+the upstream device plugin and GFD produce for its hardware and device-plugin config
+(ci/oracle/deviceplugin, via tests/oracle/oraclelib), with the chart's DaemonSet env;
+only CPU/memory capacity, the GPU taint and the labels set by other components are
+taken from the description. Two descriptions:
+
+- tests/e2e/hardware.yaml (the scenario tests): nodes, their GPUs and config names;
+- a fleet (`fleet_gpu_nodes`, the fleet tests): each node group's GPUs and MIG layout,
+  with the config the device plugin's config-manager selects from the platform
+  release's rendered ConfigMap by the group's label.
 
     .venv/bin/python -m tests.e2e.fleet tests/e2e/hardware.yaml -o inventory.yaml
 """
@@ -10,12 +15,21 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import subprocess
+from functools import lru_cache
 from pathlib import Path
 
 import yaml
 
 HARDWARE = Path(__file__).with_name("hardware.yaml")
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+#: nvidia.com/ labels a node group may carry that no GPU-stack component derives from the
+#: hardware: the config selectors a user (gpuvalues node-labels) sets and the NVLink
+#: topology label gpuvalues' topology labeler sets. Any other nvidia.com/ label of a
+#: group would be a hand-written GPU label: fleet_gpu_nodes refuses it.
+NOT_FROM_GFD = frozenset({DEVICE_PLUGIN_CONFIG_LABEL, "nvidia.com/mig.config", "nvidia.com/gpu.topology",
+                          "nvidia.com/gpu.present"})
 
 
 def _plugin_env() -> tuple[dict, dict]:
@@ -51,6 +65,100 @@ def inventory(path: Path = HARDWARE) -> dict:
         nodes.append(gpu_node(n["name"], n["hardware"], doc["configs"][n["config"]],
                               extra_labels=extra, resources=n["resources"]))
     return {"apiVersion": "gpuvalues/v1", "kind": "Inventory", "nodes": nodes}
+
+
+def select_config(label: str, files: set[str], default: str, fallbacks: list[str]) -> str:
+    """The config name the device plugin's config-manager links for a node whose
+    nvidia.com/device-plugin.config label is `label` ("": unset); "" is the empty config.
+    Restated from k8s-device-plugin cmd/config-manager/main.go updateConfigName (package
+    main upstream, so not importable) at the pinned version."""
+    if not files:
+        raise AssertionError("config-manager: no configuration files available")
+    if label:
+        assert label in files, f"config-manager: specified config {label} does not exist"
+        return label
+    if default:
+        assert default in files, f"config-manager: default config {default} does not exist"
+        return default
+    for fallback in fallbacks:
+        if fallback == "named" and "default" in files:
+            return "default"
+        if fallback == "single" and len(files) == 1:
+            return next(iter(files))
+        if fallback == "empty":
+            return ""
+    raise AssertionError("config-manager: no config was set, no default was provided, and all fallbacks failed")
+
+
+@lru_cache(maxsize=None)
+def _platform_objects(name: str, namespace: str, values_yaml: str) -> tuple:
+    """`helm template` (helm 4) of a fleet's platform release."""
+    from tests.oracle import oraclelib as ol
+    proc = subprocess.run([str(ol.HELM), "template", name, str(ol.CHART), "--namespace", namespace,
+                           "--kube-version", "1.34.0", "--values", "-"],
+                          input=values_yaml, capture_output=True, text=True)
+    assert proc.returncode == 0, f"platform release {name}: {proc.stderr}"
+    return tuple(d for d in yaml.safe_load_all(proc.stdout) if d)
+
+
+def _config_manager_env(objs) -> dict:
+    for o in objs:
+        if o["kind"] == "DaemonSet" and o["metadata"]["name"].endswith("-device-plugin"):
+            for c in o["spec"]["template"]["spec"].get("initContainers", []):
+                if c["name"] == "config-manager-init":
+                    return {e["name"]: str(e["value"]) for e in c.get("env", []) if "value" in e}
+    raise AssertionError("the platform release renders no device-plugin config-manager")
+
+
+def fleet_gpu_nodes(fleet) -> list[tuple[str, object, dict, dict]]:
+    """(node name, node group, labels, GPU resources) of every node of the fleet, from the
+    upstream device plugin and GFD: per node group, its pool's GPU model and count and
+    its MIG layout as hardware, the config the config-manager selects (select_config)
+    from the platform release's rendered ConfigMap and env, and the chart's device-plugin
+    env (GFD's from the platform-on scenario when the fleet does not deploy GFD). Labels
+    are GFD's plus the group's NOT_FROM_GFD and non-nvidia.com ones (e.g. the topology
+    labeler's). Nodes are named `<group>-<i>` as gpuvalues.expected_nodes names them.
+
+    The one exception: hardware the oracle's mock cannot model (oraclelib.mock_limit, H200
+    MIG) takes the group's nodes from gpuvalues.expected_nodes, said on stdout; the oracle
+    tests compare expected_nodes with this function on every other group of every
+    example (tests/oracle/test_e2e_fleet.py)."""
+    import gpuvalues
+    from tests.oracle import oraclelib as ol
+    objs = _platform_objects(fleet.platform.name, fleet.platform.namespace,
+                             yaml.safe_dump(dict(fleet.platform.values)))
+    configs = ol.device_plugin_configs(objs)
+    cm = _config_manager_env(objs)
+    plugin_env, plugin_args = ol.container_env_args(objs, "-device-plugin", "nvidia-device-plugin")
+    gfd = ol.container_env_args(objs, "-gpu-feature-discovery", "gpu-feature-discovery")
+    gfd_env = gfd[0] if gfd else _plugin_env()[1]
+    out = []
+    for pool in fleet.spec.node_pools:
+        index = 0
+        for g in fleet.layout.groups_of(pool.name):
+            hand = [k for k in g.labels if k.startswith("nvidia.com/") and k not in NOT_FROM_GFD]
+            assert not hand, f"node group {g.name}: GPU labels not derived by GFD: {hand}"
+            name = select_config(g.labels.get(DEVICE_PLUGIN_CONFIG_LABEL, ""), set(configs),
+                                 cm.get("DEFAULT_CONFIG", ""), cm.get("FALLBACK_STRATEGIES", "").split(","))
+            mig = {str(i): [p for p, n in sorted(d.items()) for _ in range(n)]
+                   for i, d in enumerate(g.mig_devices or ()) if d}
+            hardware = ol.hardware_for_gpu(pool.gpu, pool.gpus_per_node, mig or None)
+            if ol.mock_limit(hardware):
+                print(f"node group {g.name}: nodes from gpuvalues.expected_nodes ({ol.mock_limit(hardware)})")
+                for n in gpuvalues.expected_nodes(fleet).nodes:
+                    if n.name.rsplit("-", 1)[0] == g.name:
+                        index += 1
+                        gpu = {k: v for k, v in n.allocatable.items() if k.startswith("nvidia.com/")}
+                        out.append((n.name, g, dict(n.labels), gpu))
+                continue
+            v = ol.device_plugin(configs[name] if name else None, hardware, plugin_env=plugin_env,
+                                 plugin_args=plugin_args, gfd_env=gfd_env)
+            assert v.ok, f"node group {g.name}: {v.component} rejects config {name!r}: {v.error}"
+            labels = {**v.labels, **g.labels}
+            for _ in range(g.nodes):
+                index += 1
+                out.append((f"{g.name}-{index:03d}", g, labels, dict(v.resources)))
+    return out
 
 
 def write_inventory(out_dir: Path, path: Path = HARDWARE) -> Path:

@@ -3,8 +3,10 @@
 A fleet (`gpuvalues.build_fleet`) is installed as `gpuvalues values -o DIR` tells a user
 to: the node side on the nodes, the platform release, then one release per workload,
 each in the namespace the fleet says, with the real Helm 4 (server-side apply). The GPU
-nodes are `gpuvalues.expected_nodes(fleet)` made fake by kwok; their CPU, memory and pod
-capacity are hand-written here (NODE_CAPACITY), the one part no GPU config decides.
+nodes are made fake by kwok; their GPU labels and GPU resources are what the upstream
+device plugin and GFD derive for each node group (tests/e2e/fleet.py fleet_gpu_nodes);
+their CPU, memory and pod capacity are hand-written here (NODE_CAPACITY), the one part
+no GPU config decides.
 """
 from __future__ import annotations
 
@@ -19,9 +21,9 @@ from typing import Mapping
 
 import yaml
 
-import gpuvalues
 from gpuvalues.fleet import Fleet, NodeGroup, Release
 from tests.e2e import e2elib
+from tests.e2e import fleet as gpu_fleet
 from tests.e2e.e2elib import CHART
 from tests.exposition import ExpositionHandler as _Handler
 
@@ -34,7 +36,7 @@ NODE_CAPACITY = {"cpu": "224", "memory": "2Ti", "pods": "110", "ephemeral-storag
 #: PCI device (vendor 10de). NFD is a prerequisite of the platform, not part of the fleet;
 #: the chart's platform DaemonSets select on it, as upstream's device-plugin chart does.
 NFD_LABELS = {"feature.node.kubernetes.io/pci-10de.present": "true"}
-DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+DEVICE_PLUGIN_CONFIG_LABEL = gpu_fleet.DEVICE_PLUGIN_CONFIG_LABEL
 INSTANCE = "app.kubernetes.io/instance"
 
 
@@ -47,17 +49,16 @@ class FleetNode:
 
 
 def fleet_nodes(fleet: Fleet) -> list[FleetNode]:
-    """The fleet's nodes as kwok Nodes: labels and allocatable GPU resources from
-    `gpuvalues.expected_nodes` (the node-side belief under test), CPU/memory/pods from
-    NODE_CAPACITY. expected_nodes names node i of group G `G-00i`."""
-    groups = {g.name: g for g in fleet.layout.node_groups}
+    """The fleet's nodes as kwok Nodes: labels and allocatable GPU resources from the
+    upstream device plugin and GFD (fleet.fleet_gpu_nodes), CPU/memory/pods from
+    NODE_CAPACITY, NFD's PCI label."""
     out = []
-    for n in gpuvalues.expected_nodes(fleet).nodes:
-        manifest = n.to_k8s_node()
-        group = groups[n.name.rsplit("-", 1)[0]]
-        for key in ("capacity", "allocatable"):
-            manifest["status"][key] = {**NODE_CAPACITY, **manifest["status"][key]}
-        manifest["metadata"]["labels"] = {**NFD_LABELS, **manifest["metadata"]["labels"]}
+    for name, group, labels, resources in gpu_fleet.fleet_gpu_nodes(fleet):
+        status = {**NODE_CAPACITY, **{k: str(v) for k, v in resources.items()}}
+        manifest = {"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": name, "labels": {**NFD_LABELS, **labels}},
+                    "spec": {},
+                    "status": {"capacity": status, "allocatable": dict(status)}}
         out.append(FleetNode(manifest, group))
     return out
 
@@ -66,7 +67,7 @@ def without_config_label(fleet: Fleet, group: str) -> Fleet:
     """The same fleet with node group `group`'s device-plugin config label removed: the
     device plugin's config manager then falls back to the `default` config
     (k8s-device-plugin cmd/config-manager/main.go: label unset -> --default). The group's
-    `device_plugin_config` goes with it, since expected_nodes reads the config from there."""
+    `device_plugin_config` goes with it, so the fleet's own view agrees."""
     groups = []
     for g in fleet.layout.node_groups:
         if g.name == group:

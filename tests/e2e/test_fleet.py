@@ -2,7 +2,9 @@
 
 For each example spec: a fresh control plane (etcd, kube-apiserver, kube-controller-manager
 with the real HPA controller, kube-scheduler; kwok plays the kubelets) whose only nodes are
-the fleet's (`gpuvalues.expected_nodes`, CPU/memory hand-written: fleetlib.NODE_CAPACITY).
+the fleet's node groups, their GPU labels and resources what the upstream device plugin
+and GFD make of each group's hardware and config (tests/e2e/fleet.py fleet_gpu_nodes;
+CPU/memory hand-written: fleetlib.NODE_CAPACITY).
 The platform release and every workload release are installed with the real Helm 4
 (server-side apply) in the fleet's namespaces, then
 

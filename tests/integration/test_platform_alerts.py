@@ -198,7 +198,7 @@ def test_our_exporter_ships_every_field_the_alerts_read(helm):
 
 
 # Upstream's default counters (NVIDIA/dcgm-exporter etc/default-counters.csv): at 4.2.3-4.1.3
-# (the tag this chart pins) and at 4.5.3-4.8.2 (chart HEAD), DCGM_EXP_XID_ERRORS_COUNT and
+# and at 4.5.3-4.8.2 (the tag this chart pins), DCGM_EXP_XID_ERRORS_COUNT and
 # DCGM_FI_DEV_ECC_DBE_VOL_TOTAL are commented out (not collected); GPU_TEMP and
 # ROW_REMAP_FAILURE are collected. The GPU Operator's exporter uses that file unless its
 # ClusterPolicy names a counters ConfigMap.

@@ -158,22 +158,10 @@ def _product_cases():
     return [pytest.param(ex, id=ex) for ex in _examples()]
 
 
-# Node hardware the oracle cannot model faithfully, excluded by name (and checked to
-# still be a limit by test_oracle_limits_still_hold, so the exclusion goes once fixed):
-# go-nvml v0.13.4-1's H200 table (pkg/nvml/mock/gpus/h200.go) has MemorySizeMB 18432 /
-# 72704 of 144384 for the 1g/3g profiles its comments call 1g.18gb / 3g.71gb, which
-# go-nvlib's naming (device/mig_profile.go getMigMemorySizeGB: eighths rounded up) turns
-# into 1g.35gb / 3g.88gb; a real H200 reports the published 1g.18gb and 3g.71gb.
-def _mock_limit(hw: dict) -> str | None:
-    if hw.get("gpu") == "H200-SXM5-141GB" and hw.get("mig"):
-        return "H200 MIG names (go-nvml mock table)"
-    return None
-
-
 def _oracle_pools(example: str):
     for pool, cfg_name, text, hw, workloads, (env, args), gfd in _example_pools(example):
-        if _mock_limit(hw):
-            print(f"not judged: example {example}, pool {pool}: {_mock_limit(hw)}")
+        if ol.mock_limit(hw):
+            print(f"not judged: example {example}, pool {pool}: {ol.mock_limit(hw)}")
             continue
         v = ol.device_plugin(text, hw, plugin_env=env, plugin_args=args,
                              gfd_env=gfd[0] if gfd else None, gfd_args=gfd[1] if gfd else None)
@@ -228,7 +216,7 @@ def test_plan_device_plugin_configs_accepted():
             mig = ol.mig_layout(out.get("mig_parted_config"), labels.get("nvidia.com/mig.config", ""),
                                 pool["gpusPerNode"])
             hw = ol.hardware_for_gpu(pool["gpu"], pool["gpusPerNode"], mig)
-            if _mock_limit(hw):
+            if ol.mock_limit(hw):
                 continue
             # With the chart's DaemonSet env (MPS_ROOT is required for MPS configs).
             env, args = ol.container_env_args(ol.rendered("platform-on"), "-device-plugin", "nvidia-device-plugin")

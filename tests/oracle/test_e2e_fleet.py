@@ -7,6 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.e2e import fleet
@@ -59,3 +60,51 @@ def test_gpuvalues_fit_reads_the_generated_fleet(tmp_path):
     assert rc == 0, out
     rc, out = fit(3)
     assert rc == 1, out
+
+
+def _examples():
+    return sorted(p.stem for p in ol.EXAMPLES.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("example", _examples())
+def test_expected_nodes_are_what_upstream_makes_of_the_fleet(example):
+    """gpuvalues.expected_nodes (the fleet's node-side belief: what `fit` and the checks
+    schedule against) vs the device plugin's and GFD's own verdict on every node group
+    of the example (fleet.fleet_gpu_nodes, the fleet e2e test's nodes): the same node
+    names, allocatable GPU resources and GPU labels."""
+    import gpuvalues
+    f = gpuvalues.build_fleet(gpuvalues.load_spec(ol.EXAMPLES / f"{example}.yaml"))
+    assert not f.errors, f.errors
+    believed = {n.name: n for n in gpuvalues.expected_nodes(f).nodes}
+    upstream = {name: (labels, res) for name, _, labels, res in fleet.fleet_gpu_nodes(f)}
+    assert set(believed) == set(upstream)
+    for name, (labels, res) in upstream.items():
+        n = believed[name]
+        gpu = {k: v for k, v in n.allocatable.items() if k.startswith("nvidia.com/")}
+        assert gpu == res, f"{example} {name}: the project believes {gpu}; the device plugin advertises {res}"
+        diff = {k: (v, labels.get(k)) for k, v in n.labels.items() if labels.get(k) != v}
+        assert not diff, f"{example} {name}: label (project belief, GFD): {diff}"
+
+
+def test_negative_control_a_wrong_belief_is_caught():
+    """The same comparison fails when the fleet's device-plugin config is not the one the
+    node group's label selects (the renamed time-slicing group's label dropped)."""
+    import gpuvalues
+    from tests.e2e import fleetlib
+    f = gpuvalues.build_fleet(gpuvalues.load_spec(ol.EXAMPLES / "time-slicing-renamed-and-not.yaml"))
+    believed = {n.name: n for n in gpuvalues.expected_nodes(f).nodes}
+    broken = fleetlib.without_config_label(f, "l4")
+    upstream = {name: res for name, _, _, res in fleet.fleet_gpu_nodes(broken)}
+    assert believed["l4-001"].allocatable.get("nvidia.com/gpu.shared", 0) > 0
+    assert "nvidia.com/gpu.shared" not in upstream["l4-001"], upstream
+
+
+def test_config_manager_selection_follows_upstream_order():
+    files = {"default", "ts-4"}
+    assert fleet.select_config("ts-4", files, "", ["named"]) == "ts-4"
+    assert fleet.select_config("", files, "ts-4", ["named"]) == "ts-4"
+    assert fleet.select_config("", files, "", ["named", "single"]) == "default"
+    assert fleet.select_config("", {"only"}, "", ["named", "single"]) == "only"
+    assert fleet.select_config("", {"a", "b"}, "", ["named", "single", "empty"]) == ""
+    with pytest.raises(AssertionError):
+        fleet.select_config("missing", files, "", ["named"])

@@ -81,3 +81,31 @@ def test_project_is_stricter_on_unknown_fields():
     cfg = _mut(_base(), lambda c: c["sharing"]["timeSlicing"].update({"renameByDefualt": True}))
     assert ol.device_plugin(yaml.safe_dump(cfg), _HW, gfd=False).ok
     assert not belief.validate_device_plugin_config(cfg)["ok"]
+
+
+# Flags whose upstream meaning moved with the pin (v0.17.4 -> v0.19.1): GFD's sleepInterval
+# takes "infinite" (api/config/v1/duration.go), gdrcopyEnabled is a config flag
+# (api/config/v1/flags.go CommandLineFlags).
+_FLAG_CASES = [
+    ("sleep-infinite", {"gfd": {"sleepInterval": "infinite"}}),
+    ("sleep-90s", {"gfd": {"sleepInterval": "90s"}}),
+    ("sleep-nanoseconds", {"gfd": {"sleepInterval": 60_000_000_000}}),
+    ("sleep-forever", {"gfd": {"sleepInterval": "forever"}}),
+    ("gdrcopy-off", {"gdrcopyEnabled": False}),
+    ("gdrcopy-string", {"gdrcopyEnabled": "yes"}),
+    ("node-feature-api-off", {"useNodeFeatureAPI": False}),
+]
+
+
+@pytest.mark.parametrize("flags", [pytest.param(f, id=i) for i, f in _FLAG_CASES])
+def test_project_and_device_plugin_agree_on_flags(flags):
+    cfg = {"version": "v1", "flags": {"migStrategy": "none", **flags}}
+    v = ol.device_plugin(yaml.safe_dump(cfg), _HW, plugin_env=_ENV, gfd=False)
+    got = belief.validate_device_plugin_config(cfg)
+    assert v.ok == got["ok"], (f"device plugin {'accepts' if v.ok else 'rejects: ' + v.error}; "
+                               f"project {'accepts' if got['ok'] else 'rejects: ' + got['error']}; {cfg}")
+
+
+def test_negative_control_device_plugin_rejects_a_bad_sleep_interval():
+    cfg = {"version": "v1", "flags": {"gfd": {"sleepInterval": "forever"}}}
+    assert not ol.device_plugin(yaml.safe_dump(cfg), _HW, gfd=False).ok

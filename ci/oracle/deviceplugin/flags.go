@@ -10,6 +10,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	nvinfo "github.com/NVIDIA/go-nvlib/pkg/nvlib/info"
 	"github.com/urfave/cli/v2"
@@ -28,8 +29,9 @@ func pluginFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "pass-device-specs", Value: false, EnvVars: []string{"PASS_DEVICE_SPECS"}},
 		&cli.StringSliceFlag{Name: "device-list-strategy", Value: cli.NewStringSlice(string(spec.DeviceListStrategyEnvVar)), EnvVars: []string{"DEVICE_LIST_STRATEGY"}},
 		&cli.StringFlag{Name: "device-id-strategy", Value: spec.DeviceIDStrategyUUID, EnvVars: []string{"DEVICE_ID_STRATEGY"}},
-		&cli.BoolFlag{Name: "gds-enabled", EnvVars: []string{"GDS_ENABLED"}},
-		&cli.BoolFlag{Name: "mofed-enabled", EnvVars: []string{"MOFED_ENABLED"}},
+		&cli.BoolFlag{Name: "gdrcopy-enabled", Value: true, EnvVars: []string{"GDRCOPY_ENABLED"}},
+		&cli.BoolFlag{Name: "gds-enabled", Value: true, EnvVars: []string{"GDS_ENABLED"}},
+		&cli.BoolFlag{Name: "mofed-enabled", Value: true, EnvVars: []string{"MOFED_ENABLED"}},
 		&cli.StringFlag{Name: "kubelet-socket", Value: pluginapi.KubeletSocket, EnvVars: []string{"KUBELET_SOCKET"}},
 		&cli.StringFlag{Name: "config-file", EnvVars: []string{"CONFIG_FILE"}},
 		&cli.StringFlag{Name: "cdi-annotation-prefix", Value: spec.DefaultCDIAnnotationPrefix, EnvVars: []string{"CDI_ANNOTATION_PREFIX"}},
@@ -39,6 +41,7 @@ func pluginFlags() []cli.Flag {
 		&cli.StringFlag{Name: "device-discovery-strategy", Value: "auto", EnvVars: []string{"DEVICE_DISCOVERY_STRATEGY"}},
 		&cli.IntSliceFlag{Name: "imex-channel-ids", EnvVars: []string{"IMEX_CHANNEL_IDS"}},
 		&cli.BoolFlag{Name: "imex-required", EnvVars: []string{"IMEX_REQUIRED"}},
+		&cli.StringSliceFlag{Name: "cdi-feature-flags", EnvVars: []string{"CDI_FEATURE_FLAGS"}},
 	}
 }
 
@@ -50,11 +53,11 @@ func gfdFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "fail-on-init-error", Value: true, EnvVars: []string{"GFD_FAIL_ON_INIT_ERROR", "FAIL_ON_INIT_ERROR"}},
 		&cli.BoolFlag{Name: "oneshot", Value: false, EnvVars: []string{"GFD_ONESHOT"}},
 		&cli.BoolFlag{Name: "no-timestamp", Value: false, EnvVars: []string{"GFD_NO_TIMESTAMP"}},
-		&cli.DurationFlag{Name: "sleep-interval", Value: 60_000_000_000, EnvVars: []string{"GFD_SLEEP_INTERVAL"}},
+		&cli.GenericFlag{Name: "sleep-interval", Value: spec.NewDurationValue(60 * time.Second), EnvVars: []string{"GFD_SLEEP_INTERVAL"}},
 		&cli.StringFlag{Name: "output-file", Aliases: []string{"output", "o"}, Value: "/etc/kubernetes/node-feature-discovery/features.d/gfd", EnvVars: []string{"GFD_OUTPUT_FILE"}},
 		&cli.StringFlag{Name: "machine-type-file", Value: "/sys/class/dmi/id/product_name", EnvVars: []string{"GFD_MACHINE_TYPE_FILE"}},
 		&cli.StringFlag{Name: "config-file", EnvVars: []string{"GFD_CONFIG_FILE", "CONFIG_FILE"}},
-		&cli.BoolFlag{Name: "use-node-feature-api", EnvVars: []string{"GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"}},
+		&cli.BoolFlag{Name: "use-node-feature-api", Value: true, EnvVars: []string{"GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"}},
 		&cli.StringFlag{Name: "device-discovery-strategy", Value: "auto", EnvVars: []string{"DEVICE_DISCOVERY_STRATEGY"}},
 		&cli.StringFlag{Name: "driver-root-ctr-path", Aliases: []string{"container-driver-root"}, Value: spec.DefaultContainerDriverRoot, EnvVars: []string{"DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"}},
 	}

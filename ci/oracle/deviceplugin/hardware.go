@@ -100,7 +100,7 @@ func newServer(hw Hardware) (*server.Server, error) {
 		md.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
 			p := nvml.PciInfo{PciDeviceId: pciDeviceID}
 			for k := 0; k < len(busID); k++ {
-				p.BusId[k] = int8(busID[k])
+				p.BusId[k] = uint8(busID[k])
 			}
 			return p, nvml.SUCCESS
 		}

@@ -35,6 +35,7 @@ import (
 	nvinfo "github.com/NVIDIA/go-nvlib/pkg/nvlib/info"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/urfave/cli/v2"
+	"k8s.io/klog/v2"
 
 	spec "github.com/NVIDIA/k8s-device-plugin/api/config/v1"
 	"github.com/NVIDIA/k8s-device-plugin/internal/lm"
@@ -62,13 +63,29 @@ type rejection struct {
 
 func (r *rejection) Error() string { return r.Err.Error() }
 
-// warnings collects what upstream logs as warnings through its logger interface
-// (api/config/v1 config.go: Warning / Warningf).
+// warnings collects what upstream logs at WARNING or above through klog (e.g.
+// api/config/v1 config.go DisableResourceNamingInConfig), one message per line
+// without klog's header; INFO is discarded (see main).
 type warnings []string
 
-func (w *warnings) Warning(args ...interface{}) { *w = append(*w, fmt.Sprint(args...)) }
-func (w *warnings) Warningf(f string, args ...interface{}) {
-	*w = append(*w, fmt.Sprintf(f, args...))
+func (w *warnings) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		if _, msg, ok := strings.Cut(line, "] "); ok {
+			line = msg
+		}
+		*w = append(*w, line)
+	}
+	return len(p), nil
+}
+
+// logged is where klog's warnings go; each side takes and resets it.
+var logged warnings
+
+func takeWarnings() warnings {
+	klog.Flush()
+	w := logged
+	logged = nil
+	return w
 }
 
 // noVGPU is a node without vGPU PCI devices (GFD's vgpu labeler then adds nothing).
@@ -79,6 +96,9 @@ func (noVGPU) Devices() ([]*vgpu.Device, error) { return nil, nil }
 var _ vgpu.Interface = noVGPU{}
 
 func main() {
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
+	klog.SetOutputBySeverity("WARNING", &logged)
 	fake := len(os.Args) > 1 && os.Args[1] == "--fake-host"
 	out, err := func() (out map[string]interface{}, err error) {
 		// An NVML call the mock does not implement panics: report it as the oracle's
@@ -128,12 +148,10 @@ func run(in io.Reader, fake bool) (map[string]interface{}, error) {
 		nvinfo.WithNvmlLib(srv),
 		nvinfo.WithDeviceLib(devicelib),
 		nvinfo.WithPropertyExtractor(&nvinfo.PropertyExtractorMock{
-			HasDXCoreFunc:             func() (bool, string) { return false, "mock" },
-			HasNvmlFunc:               func() (bool, string) { return true, "mock" },
-			HasTegraFilesFunc:         func() (bool, string) { return false, "mock" },
-			HasOnlyIntegratedGPUsFunc: func() (bool, string) { return false, "mock" },
-			IsTegraSystemFunc:         func() (bool, string) { return false, "mock" },
-			UsesOnlyNVGPUModuleFunc:   func() (bool, string) { return false, "mock" },
+			HasDXCoreFunc:          func() (bool, string) { return false, "mock" },
+			HasNvmlFunc:            func() (bool, string) { return true, "mock" },
+			HasTegraFilesFunc:      func() (bool, string) { return false, "mock" },
+			HasAnIntegratedGPUFunc: func() (bool, string) { return false, "mock" },
 		}),
 	)
 	out := map[string]interface{}{}
@@ -198,8 +216,7 @@ func runPlugin(req request, infolib nvinfo.Interface, nvmllib nvml.Interface, de
 		return nil, err
 	}
 	config.Flags.GFD = nil // cmd/nvidia-device-plugin/main.go loadConfig
-	var w warnings
-	spec.DisableResourceNamingInConfig(&w, config)
+	spec.DisableResourceNamingInConfig(config)
 	if err := validatePluginFlags(infolib, config); err != nil {
 		return nil, fmt.Errorf("unable to validate flags: %v", err)
 	}
@@ -210,6 +227,7 @@ func runPlugin(req request, infolib nvinfo.Interface, nvmllib nvml.Interface, de
 	// from rm.NewResourceManagers; with NVML that is NewNVMLResourceManagers. A plugin
 	// with no devices is not started (cmd/nvidia-device-plugin/main.go startPlugins).
 	rms, err := rm.NewNVMLResourceManagers(infolib, nvmllib, devicelib, config)
+	w := takeWarnings()
 	if err != nil {
 		if *config.Flags.FailOnInitError {
 			return nil, fmt.Errorf("error getting plugins: unable to create plugins: %v", err)
@@ -258,8 +276,7 @@ func runGFD(req request, infolib nvinfo.Interface, nvmllib nvml.Interface, devic
 	if err := validateGFDFlags(config); err != nil {
 		return nil, fmt.Errorf("unable to load config: unable to validate flags: %v", err)
 	}
-	var w warnings
-	spec.DisableResourceNamingInConfig(&w, config)
+	spec.DisableResourceNamingInConfig(config)
 	manager, err := resource.NewManager(infolib, nvmllib, devicelib, config)
 	if err != nil {
 		return nil, fmt.Errorf("failed to create resource manager: %w", err)
@@ -272,6 +289,6 @@ func runGFD(req request, infolib nvinfo.Interface, nvmllib nvml.Interface, devic
 	if err != nil {
 		return nil, fmt.Errorf("failed to get labels: %w", err)
 	}
-	return map[string]interface{}{"config": config, "labels": labels, "warnings": w}, nil
+	return map[string]interface{}{"config": config, "labels": labels, "warnings": takeWarnings()}, nil
 }
 
