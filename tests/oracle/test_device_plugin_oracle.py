@@ -301,3 +301,13 @@ def test_the_oracle_leaves_no_mock_sysfs_behind(tmp_path):
     v = ol.device_plugin(None, ol.hardware_for_gpu("A100-80GB", 2))
     assert v.ok, v.error
     assert set(glob.glob("/tmp/oracle-sysfs-*")) <= before
+
+
+def test_oracle_reports_upstream_warnings():
+    """Upstream logs config warnings through klog at v0.19.1 (api/config/v1 config.go
+    DisableResourceNamingInConfig); the oracle hands them back, header stripped."""
+    cfg = 'version: v1\nresources:\n  gpus:\n  - pattern: "*"\n    name: gpu\n'
+    v = ol.device_plugin(cfg, ol.hardware_for_gpu("A100-80GB", 1))
+    want = "Customizing the 'resources' field is not yet supported in the config. Ignoring..."
+    assert v.ok and v.raw["plugin"]["warnings"] == [want] and v.raw["gfd"]["warnings"] == [want], v.raw
+    assert ol.device_plugin("version: v1\n", ol.hardware_for_gpu("A100-80GB", 1)).raw["plugin"]["warnings"] is None
