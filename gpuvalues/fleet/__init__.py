@@ -175,7 +175,9 @@ def group_node(pool, gpu, group: NodeGroup, layout: Layout) -> tuple[dict, dict,
     replicas, strategy = 1, "none"
     sharing = (config or {}).get("sharing") or {}
     kind = "timeSlicing" if sharing.get("timeSlicing") else "mps" if sharing.get("mps") else None
-    if group.mig_devices is not None or (config or {}).get("flags", {}).get("migStrategy") == "mixed":
+    if group.labels.get(deviceplugin.DEPLOY_LABEL) == "false":
+        pass                          # no device plugin on the node: no extended resources
+    elif group.mig_devices is not None or (config or {}).get("flags", {}).get("migStrategy") == "mixed":
         strategy = "mixed"
         labels["nvidia.com/mig.strategy"] = "mixed"
         for devs in group.mig_devices or (None,) * pool.gpus_per_node:

@@ -35,7 +35,8 @@ DEFAULT_DEVICE_PLUGIN_CONFIG = {"version": "v1", "flags": {"migStrategy": "none"
 class NodeGroup:
     """`nodes` nodes of `pool` configured alike.
 
-    `labels`: what to put on them (device-plugin config, mig-parted config, topology).
+    `labels`: what to put on them (device-plugin config, mig-parted config, topology; a DRA
+    pool's opt-out of the device plugin, deviceplugin.DEPLOY_LABEL).
     `device_plugin_config`: the named config they select (None: the plugin's default).
     `mig_devices`: per GPU, the mig-devices mig-parted creates (None: MIG disabled);
     None when mig-parted does not manage the pool. `workloads`: who runs there.
@@ -156,7 +157,15 @@ def lay_out(spec: Spec, placements: Sequence[Placement], peaks: Mapping[str, int
         whole = [p for p in members if p.whole_gpus]
         migs = [p for p in members if p.mode == "mig"]
         shared = [p for p in members if p.mode == "shared"]
+        dra = [p for p in members if p.mode == "dra"]
         topo = _topology_labels(spec, pool)
+        if dra and len(dra) < len(members):
+            raise spec_error(PlanError, f"pool {pool.name}: DRA workloads "
+                             f"({', '.join(p.workload for p in dra)}) and device-plugin workloads "
+                             f"({', '.join(p.workload for p in members if p.mode != 'dra')}) cannot "
+                             "share it (NVIDIA's DRA driver and device plugin must not run on one "
+                             "node: both would hand out the same GPUs); give them separate pools",
+                             spec, "cluster", "nodePools", spec.node_pools.index(pool), code="GV015")
         if shared and migs:
             raise spec_error(PlanError, f"pool {pool.name}: MIG workloads "
                              f"({', '.join(p.workload for p in migs)}) and time-slicing/MPS "
@@ -165,7 +174,7 @@ def lay_out(spec: Spec, placements: Sequence[Placement], peaks: Mapping[str, int
                              "pools", spec, "cluster", "nodePools", spec.node_pools.index(pool),
                              code="GV015")
         gpu = (members[0].gpu if members else None)
-        mig_managed = pool.mig and (gpu is None or gpu.mig_capable)
+        mig_managed = pool.mig and (gpu is None or gpu.mig_capable) and not dra
         whole_nodes, placed = _pack_whole(pool, [(p, peaks[p.workload]) for p in whole])
         for p in whole:
             units[p.workload] = placed[p.workload] * p.count
@@ -203,8 +212,9 @@ def lay_out(spec: Spec, placements: Sequence[Placement], peaks: Mapping[str, int
                 if gpu is not None and gpu.device_filter:
                     filters[name] = list(gpu.device_filter)
             elif count:
+                labels = {deviceplugin.DEPLOY_LABEL: "false", **topo} if dra else dict(topo)
                 groups.append(NodeGroup(_unique(pool.name, used_names), pool.name, count,
-                                        dict(topo), None, workloads=whole_names))
+                                        labels, None, workloads=whole_names))
 
     plan = None
     if mig_pools:

@@ -225,9 +225,12 @@ def platform_release(spec: Spec, layout: Layout | None, workloads: Sequence[Rele
                 if m["name"] not in [x["name"] for x in metrics]:
                     metrics.append({"name": m["name"]})
     adapter = bool(metrics) and p.prometheus_adapter
+    # No device plugin when every node opts out of it (a DRA-only fleet).
+    plugin_nodes = layout is None or not layout.node_groups or any(
+        g.labels.get(deviceplugin.DEPLOY_LABEL) != "false" for g in layout.node_groups)
     platform: dict = {
         "gpuOperator": p.gpu_operator,
-        "devicePlugin": {"enabled": own and p.device_plugin},
+        "devicePlugin": {"enabled": own and p.device_plugin and plugin_nodes},
         "gfd": {"enabled": own and p.gpu_feature_discovery},
         "dcgmExporter": {"enabled": own and p.dcgm_exporter},
         "prometheusAdapter": {"enabled": adapter},

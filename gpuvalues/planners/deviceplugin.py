@@ -28,6 +28,12 @@ RESOURCE_PREFIX = "nvidia.com"
 MAX_RESOURCE_NAME_LENGTH = 63
 # The node label by which the device plugin's config-manager picks a named config.
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
+# A node labelled DEPLOY_LABEL=false runs no device plugin: the GPU Operator's per-node
+# operand label (gpu-operator: nvidia.com/gpu.deploy.device-plugin), which the chart's
+# DaemonSet honours too (platform.devicePlugin.nodeOptOutLabel). DRA node pools carry it:
+# NVIDIA's DRA driver and the device plugin must not run on one node, both would hand out
+# the same GPUs (the GPU Operator refuses enabling both).
+DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
 MIG_STRATEGIES = ("none", "single", "mixed")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 DEVICE_ID_STRATEGIES = ("uuid", "index")

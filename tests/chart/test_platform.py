@@ -512,3 +512,26 @@ def test_schema_rejects_bad_platform_values(helm, values, message):
     proc = template(helm, values=values)
     assert proc.returncode != 0
     assert message in proc.stderr, proc.stderr
+
+
+def _terms(ds: dict) -> list[dict]:
+    return ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+
+
+@pytest.mark.parametrize("label", ["nvidia.com/gpu.deploy.device-plugin", ""])
+def test_device_plugin_daemonsets_skip_opted_out_nodes(helm4, label):
+    """Nodes labelled nvidia.com/gpu.deploy.device-plugin=false (the GPU Operator's label;
+    gpuvalues sets it on DRA pools) run no device plugin and no MPS control daemon: the
+    opt-out is ANDed into every ORed GPU-node term. GFD and the DCGM exporter still run."""
+    mps = {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
+    objects = render(helm4, values={"platform": {
+        "devicePlugin": {"enabled": True, "nodeOptOutLabel": label, "config": {"map": {"default": mps}}},
+        "gfd": {"enabled": True}, "dcgmExporter": {"enabled": True}}})
+    opt_out = {"key": label, "operator": "NotIn", "values": ["false"]}
+    for comp in ("device-plugin", "mps-control-daemon", "gpu-feature-discovery", "dcgm-exporter"):
+        terms = _terms(one(objects, "DaemonSet", comp))
+        assert len(terms) == 3, comp
+        has = [opt_out in t["matchExpressions"] for t in terms]
+        want = bool(label) and comp in ("device-plugin", "mps-control-daemon")
+        assert has == [want] * 3, (comp, terms)

@@ -162,14 +162,15 @@ def prerequisites(values: Mapping, namespace: str) -> list[dict]:
 
 def dra_objects(nodes: list[Mapping], device_class: str) -> list[dict]:
     """What the NVIDIA DRA driver would publish (it cannot run here): the DeviceClass and
-    one ResourceSlice per whole-GPU node, one device per GPU, with the productName
+    one ResourceSlice per GPU node, one device per GPU (the device plugin's count, or
+    GFD's nvidia.com/gpu.count where no device plugin runs), with the productName
     attribute. The scheduler's DRA allocator that consumes them is the real one."""
     driver = "gpu.nvidia.com"
     objs = [{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": device_class},
              "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{driver}'"}}]}}]
     for n in nodes:
         labels = n["metadata"].get("labels", {})
-        gpus = int(n["status"]["allocatable"].get("nvidia.com/gpu", 0))
+        gpus = int(n["status"]["allocatable"].get("nvidia.com/gpu", 0) or labels.get("nvidia.com/gpu.count", 0))
         if not gpus:
             continue
         name = n["metadata"]["name"]

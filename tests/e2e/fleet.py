@@ -25,11 +25,13 @@ HARDWARE = Path(__file__).with_name("hardware.yaml")
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 #: nvidia.com/ labels a node group may carry that no GPU-stack component derives from the
-#: hardware: the config selectors a user (gpuvalues node-labels) sets and the NVLink
-#: topology label gpuvalues' topology labeler sets. Any other nvidia.com/ label of a
+#: hardware: the config selectors and opt-outs a user (gpuvalues node-labels) sets and
+#: the NVLink topology label gpuvalues' topology labeler sets. Any other nvidia.com/ label of a
 #: group would be a hand-written GPU label: fleet_gpu_nodes refuses it.
+#: The GPU Operator's per-node opt-out of the device plugin (gpuvalues sets it on DRA pools).
+DEPLOY_OPT_OUT = "nvidia.com/gpu.deploy.device-plugin"
 NOT_FROM_GFD = frozenset({DEVICE_PLUGIN_CONFIG_LABEL, "nvidia.com/mig.config", "nvidia.com/gpu.topology",
-                          "nvidia.com/gpu.present"})
+                          "nvidia.com/gpu.present", DEPLOY_OPT_OUT})
 
 
 def _plugin_env() -> tuple[dict, dict]:
@@ -128,8 +130,11 @@ def fleet_gpu_nodes(fleet) -> list[tuple[str, object, dict, dict]]:
     objs = _platform_objects(fleet.platform.name, fleet.platform.namespace,
                              yaml.safe_dump(dict(fleet.platform.values)))
     configs = ol.device_plugin_configs(objs)
-    cm = _config_manager_env(objs)
-    plugin_env, plugin_args = ol.container_env_args(objs, "-device-plugin", "nvidia-device-plugin")
+    plugin = ol.container_env_args(objs, "-device-plugin", "nvidia-device-plugin")
+    # No device plugin in the release (every node opts out, e.g. a DRA-only fleet): the
+    # oracle still runs it, with the chart's env, for GFD's view; its resources are dropped.
+    cm = _config_manager_env(objs) if plugin else {}
+    plugin_env, plugin_args = plugin or (_plugin_env()[0], [])
     gfd = ol.container_env_args(objs, "-gpu-feature-discovery", "gpu-feature-discovery")
     gfd_env = gfd[0] if gfd else _plugin_env()[1]
     out = []
@@ -138,8 +143,11 @@ def fleet_gpu_nodes(fleet) -> list[tuple[str, object, dict, dict]]:
         for g in fleet.layout.groups_of(pool.name):
             hand = [k for k in g.labels if k.startswith("nvidia.com/") and k not in NOT_FROM_GFD]
             assert not hand, f"node group {g.name}: GPU labels not derived by GFD: {hand}"
+            opted_out = g.labels.get(DEPLOY_OPT_OUT) == "false"
+            assert plugin or opted_out, f"node group {g.name}: the platform release deploys no device plugin"
             name = select_config(g.labels.get(DEVICE_PLUGIN_CONFIG_LABEL, ""), set(configs),
-                                 cm.get("DEFAULT_CONFIG", ""), cm.get("FALLBACK_STRATEGIES", "").split(","))
+                                 cm.get("DEFAULT_CONFIG", ""), cm.get("FALLBACK_STRATEGIES", "").split(",")) \
+                if plugin else ""
             mig = {str(i): [p for p, n in sorted(d.items()) for _ in range(n)]
                    for i, d in enumerate(g.mig_devices or ()) if d}
             hardware = ol.hardware_for_gpu(pool.gpu, pool.gpus_per_node, mig or None)
@@ -151,13 +159,17 @@ def fleet_gpu_nodes(fleet) -> list[tuple[str, object, dict, dict]]:
                         gpu = {k: v for k, v in n.allocatable.items() if k.startswith("nvidia.com/")}
                         out.append((n.name, g, dict(n.labels), gpu))
                 continue
-            v = ol.device_plugin(configs[name] if name else None, hardware, plugin_env=plugin_env,
+            # "" (config-manager's empty config, or no plugin): upstream's defaults
+            v = ol.device_plugin(configs[name] if name else "version: v1\n", hardware, plugin_env=plugin_env,
                                  plugin_args=plugin_args, gfd_env=gfd_env)
             assert v.ok, f"node group {g.name}: {v.component} rejects config {name!r}: {v.error}"
             labels = {**v.labels, **g.labels}
+            # A node opted out of the device plugin (a DRA pool's) has no plugin running,
+            # so no extended resources; GFD still labels it.
+            resources = {} if opted_out else dict(v.resources)
             for _ in range(g.nodes):
                 index += 1
-                out.append((f"{g.name}-{index:03d}", g, labels, dict(v.resources)))
+                out.append((f"{g.name}-{index:03d}", g, labels, resources))
     return out
 
 

@@ -26,6 +26,7 @@ custom.metrics.k8s.io APIService); start-up is ~10 s of the run.
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -35,6 +36,7 @@ import yaml
 import gpuvalues
 from tests.conftest import ROOT
 from tests.e2e import e2elib, fleetlib
+from tests.e2e import fleet as gpu_fleet
 from tests.e2e.conftest import Kube, harness
 
 #: the multi-workload examples, rtx4090-time-slicing (issue 12's unschedulable -SHARED
@@ -42,10 +44,12 @@ from tests.e2e.conftest import Kube, harness
 #: no HPA to read (KEDA's operator does not run here: its workloads are scaled to
 #: maxReplicaCount directly) and spans namespaces. single-a100 and keda (one whole-GPU
 #: workload, as tests/e2e/test_scenarios.py runs) are left out to keep the file under
-#: ~4 minutes (~20 s each); dra-fleet needs the DRA driver's ResourceSlices (not here).
+#: ~4 minutes (~20 s each). dra-fleet's ResourceSlices are what the NVIDIA DRA driver
+#: would publish (e2elib.dra_objects: the driver cannot run here); its nodes run no
+#: device plugin.
 EXAMPLES = ["mixed-a100-h100-mig", "mig-and-tp-one-pool", "time-slicing-renamed-and-not",
             "mps-two-models", "mixed-a100-h100-h200", "keda-fleet", "rtx4090-time-slicing",
-            "nvlink-tp8"]
+            "nvlink-tp8", "dra-fleet"]
 
 #: the example whose adapter is also run without one rule (the negative control of step 2)
 ADAPTER_CONTROL = "mixed-a100-h100-mig"
@@ -148,8 +152,17 @@ def _restarter(fc, prom, tmp_path, svc, api, adapter):
 
 
 def _install_at_max(fc: FleetCluster) -> dict[str, int]:
-    """Install the platform release, then every workload release; pin each at max."""
+    """Install the platform release (and a DRA pool's ResourceSlices), then every
+    workload release; pin each at max."""
     fleetlib.install(fc.kube, fc.fleet.platform)
+    dra = [r for r in fc.fleet.workloads if r.values["gpu"]["mode"] == "dra"]
+    if dra:
+        device_class = e2elib.effective_values(None, dict(dra[0].values))["gpu"]["dra"]["deviceClassName"]
+        opted_out = [n.manifest for n in fc.nodes
+                     if n.manifest["metadata"]["labels"].get(gpu_fleet.DEPLOY_OPT_OUT) == "false"]
+        assert opted_out, "DRA workloads but no node opted out of the device plugin"
+        fc.kube.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(
+            {"apiVersion": "v1", "kind": "List", "items": e2elib.dra_objects(opted_out, device_class)}))
     for r in fc.fleet.workloads:
         fleetlib.install(fc.kube, r)
     return {r.workload: fleetlib.pin_to_max(fc.kube, r) for r in fc.fleet.workloads}
@@ -157,6 +170,16 @@ def _install_at_max(fc: FleetCluster) -> dict[str, int]:
 
 def _pods_by_workload(fc: FleetCluster) -> dict[str, list[dict]]:
     return {r.workload: fleetlib.workload_pods(fc.kube, r) for r in fc.fleet.workloads}
+
+
+def _opted_out(ds: dict, node: dict) -> bool:
+    """The node carries a label the DaemonSet's node affinity excludes with NotIn (the
+    device plugin's opt-out): the scheduler then places no pod there."""
+    terms = (ds["spec"]["template"]["spec"].get("affinity", {}).get("nodeAffinity", {})
+             .get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", []))
+    labels = node["metadata"]["labels"]
+    return any(e["operator"] == "NotIn" and labels.get(e["key"]) in e["values"]
+               for t in terms for e in t.get("matchExpressions", []))
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
@@ -200,6 +223,9 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
                 f"{pod['metadata']['name']} ({w}, pool {place.pool.name}) on {node_name}, "
                 f"group {group and group.name} of pool {group and group.pool}")
             limits = fleetlib.gpu_limits(pod)
+            if place.mode == "dra":          # devices through the pod's claim, no limits
+                assert limits == {} and pod["spec"].get("resourceClaims"), (w, limits)
+                continue
             assert limits == {place.resource: place.count}, (w, limits, place.resource, place.count)
             alloc = nodes[node_name]["status"]["allocatable"]
             for res, n in limits.items():
@@ -207,6 +233,15 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
                 used[node_name, res] = used.get((node_name, res), 0) + n
     for (node_name, res), n in used.items():
         assert n <= int(nodes[node_name]["status"]["allocatable"][res]), (node_name, res, n)
+    for w in (p.workload for p in fleet.placements if p.mode == "dra"):
+        [r] = [r for r in fleet.workloads if r.workload == w]
+        claims = kube.json("get", "resourceclaims", "-n", r.namespace)["items"]
+        mine = [c for c in claims if any(o.get("name") in {p["metadata"]["name"] for p in pods[w]}
+                                         for o in c["metadata"].get("ownerReferences", []))]
+        assert len(mine) == want[w], f"{w}: {len(mine)} ResourceClaims for {want[w]} pods"
+        for c in mine:
+            results = c.get("status", {}).get("allocation", {}).get("devices", {}).get("results", [])
+            assert len(results) == placements[w].count, (w, c["metadata"]["name"], results)
 
     # 1b. the platform release's DaemonSets (device plugin with every node group's config,
     # DCGM exporter, MPS control daemon) Ready on every fleet node their selector admits
@@ -220,12 +255,13 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
             f"holds {sorted((cm or {}).get('data', {}))}")
     daemonsets = fleetlib.installed(kube, fleet.platform, "daemonset")
     kinds = {d["metadata"]["name"].removeprefix(f"{fleet.platform.name}-gpu-inference-") for d in daemonsets}
-    assert "device-plugin" in kinds, kinds
+    assert ("device-plugin" in kinds) == bool(fleet.platform.values["platform"]["devicePlugin"]["enabled"]), kinds
     if any(p.sharing == "mps" for p in fleet.placements):
         assert "mps-control-daemon" in kinds, kinds
     for ds in daemonsets:
         sel = ds["spec"]["template"]["spec"].get("nodeSelector") or {}
-        admitted = {n for n, o in nodes.items() if all(o["metadata"]["labels"].get(k) == v for k, v in sel.items())}
+        admitted = {n for n, o in nodes.items() if all(o["metadata"]["labels"].get(k) == v for k, v in sel.items())
+                    and not _opted_out(ds, o)}
         assert admitted, f"DaemonSet {ds['metadata']['name']} (nodeSelector {sel}) admits no fleet node"
         match = e2elib.selector_string(ds["spec"]["selector"]["matchLabels"])
         fleetlib.wait(f"DaemonSet {ds['metadata']['name']} Running on its {len(admitted)} nodes", lambda: {

@@ -83,9 +83,15 @@ def _values_files(out: Path, spec: dict) -> dict[str, Path]:
 
 
 def _platform_values(files: dict[str, Path]) -> Path:
-    for f in files.values():
-        if ((yaml.safe_load(f.read_text()).get("platform") or {}).get("devicePlugin") or {}).get("enabled"):
-            return f
+    """The values file that enables the device plugin, else the platform release's (a
+    fleet whose every node opts out of the plugin, e.g. DRA-only)."""
+    docs = {name: yaml.safe_load(f.read_text()) for name, f in files.items()}
+    for name, d in docs.items():
+        if ((d.get("platform") or {}).get("devicePlugin") or {}).get("enabled"):
+            return files[name]
+    for name, d in docs.items():
+        if (d.get("workload") or {}).get("enabled") is False:
+            return files[name]
     raise AssertionError(f"no values file of {sorted(files)} enables the device plugin")
 
 
@@ -109,7 +115,9 @@ def _example_pools(example: str):
         arts = {p.name: yaml.safe_load(p.read_text()) for p in art.glob("*.yaml")}
         files = _values_files(vals, spec)
         platform = _render(_platform_values(files))
-        env_args = ol.container_env_args(platform, "-device-plugin", "nvidia-device-plugin")
+        # no device plugin in the fleet: the oracle runs it with the chart's env for GFD's view
+        env_args = ol.container_env_args(platform, "-device-plugin", "nvidia-device-plugin") \
+            or ol.container_env_args(ol.rendered("platform-on"), "-device-plugin", "nvidia-device-plugin")
         gfd = ol.container_env_args(platform, "-gpu-feature-discovery", "gpu-feature-discovery")
         workloads = {}
         for wname, f in files.items():

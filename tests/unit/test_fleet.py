@@ -413,3 +413,41 @@ def test_serving_features_that_cannot_work_are_placed_errors(edit, words):
         build_checked(spec_from_text(text, "s.yaml"))
     assert any(words in f.message for f in exc.value.findings), exc.value.findings
     assert all(f.source == "s.yaml" and f.line for f in exc.value.findings)
+
+
+DRA_AND_PLUGIN = """apiVersion: gpuvalues/v1
+kubernetesVersion: "1.34.0"
+cluster:
+  nodePools:
+    - {{name: dra, gpu: H100-80GB-SXM, gpusPerNode: 8, nodes: 2, topology: {{label: NV8}}}}
+    - {{name: plugin, gpu: L4, gpusPerNode: 4, nodes: 2}}
+workloads:
+  - {{name: big, model: org/big, nodePool: dra, gpus: 2, sharing: dra, throughputPerReplica: 2, load: {{base: 1, peak: 4}}}}
+  - {{name: small, model: org/small, nodePool: {small_pool}, gpus: 1, sharing: whole, throughputPerReplica: 2, load: {{base: 1, peak: 4}}}}
+autoscaling: {{engine: hpa, metric: choose}}
+"""
+
+
+def test_dra_pools_opt_out_of_the_device_plugin():
+    """NVIDIA's DRA driver and device plugin must not run on one node (both advertise the
+    same GPUs): a DRA pool's nodes carry the GPU Operator's opt-out label, which the chart's
+    device plugin DaemonSet honours, and offer no extended resources; other pools keep it."""
+    fleet = build_checked(spec_from_text(DRA_AND_PLUGIN.format(small_pool="plugin"), "s.yaml"))
+    labels = {g.pool: dict(g.labels) for g in fleet.layout.node_groups}
+    assert labels["dra"].get(deviceplugin.DEPLOY_LABEL) == "false"
+    assert deviceplugin.DEPLOY_LABEL not in labels["plugin"]
+    assert fleet.platform.values["platform"]["devicePlugin"]["enabled"] is True
+    nodes = expected_nodes(fleet).nodes
+    assert {n.name: {k: v for k, v in n.allocatable.items() if k.startswith("nvidia.com/")}
+            for n in nodes} == {"dra-001": {}, "dra-002": {}, "plugin-001": {"nvidia.com/gpu": 4},
+                                "plugin-002": {"nvidia.com/gpu": 4}}
+    only_dra = fleet_of(EXAMPLES / "dra-fleet.yaml")
+    assert only_dra.platform.values["platform"]["devicePlugin"]["enabled"] is False
+
+
+def test_dra_and_device_plugin_workloads_in_one_pool_is_a_placed_error():
+    with pytest.raises(ValidationFailed) as exc:
+        build_checked(spec_from_text(DRA_AND_PLUGIN.format(small_pool="dra"), "s.yaml"))
+    (f,) = exc.value.findings
+    assert f.code == "GV015" and str(f).startswith("s.yaml:5:7:"), str(f)
+    assert "must not run on one node" in f.message and "big" in f.message and "small" in f.message

@@ -70,20 +70,31 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{- end }}
 {{- end }}
 
-{{/* GPU node placement shared by the node DaemonSets. */}}
+{{/*
+GPU node placement shared by the node DaemonSets. Args: dict root, optOut (a node label:
+nodes where it is "false" are left out, appended to every ORed term).
+*/}}
 {{- define "gpu-inference.platform.nodePlacement" -}}
-{{- with .Values.platform.gpuNodeAffinity }}
+{{- $terms := list }}
+{{- range .root.Values.platform.gpuNodeAffinity }}
+{{- $term := deepCopy . }}
+{{- if $.optOut }}
+{{- $_ := set $term "matchExpressions" (append (default list $term.matchExpressions) (dict "key" $.optOut "operator" "NotIn" "values" (list "false"))) }}
+{{- end }}
+{{- $terms = append $terms $term }}
+{{- end }}
+{{- with $terms }}
 affinity:
   nodeAffinity:
     requiredDuringSchedulingIgnoredDuringExecution:
       nodeSelectorTerms:
         {{- toYaml . | nindent 8 }}
 {{- end }}
-{{- with .Values.platform.tolerations }}
+{{- with .root.Values.platform.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.platform.imagePullSecrets }}
+{{- with .root.Values.platform.imagePullSecrets }}
 imagePullSecrets:
   {{- range . }}
   - name: {{ . }}
@@ -264,7 +275,8 @@ The header every node DaemonSet shares, from `apiVersion` down to the pod spec's
 (the caller continues with initContainers/containers at pod-spec indentation, 6 spaces).
 Args: dict root, component, serviceAccount (component whose ServiceAccount the pods use),
 annotations (pod template annotations, e.g. config checksums), shareProcessNamespace
-(config-manager signals the main process), podSpec (extra pod spec fields, e.g. nodeSelector).
+(config-manager signals the main process), podSpec (extra pod spec fields, e.g. nodeSelector),
+optOut (nodePlacement's).
 */}}
 {{- define "gpu-inference.platform.daemonSetHeader" -}}
 {{- $ctx := dict "root" .root "component" .component -}}
@@ -299,5 +311,5 @@ spec:
       {{- with .podSpec }}
       {{- toYaml . | nindent 6 }}
       {{- end }}
-      {{- include "gpu-inference.platform.nodePlacement" .root | nindent 6 }}
+      {{- include "gpu-inference.platform.nodePlacement" (dict "root" .root "optOut" .optOut) | nindent 6 }}
 {{- end }}
