@@ -6,6 +6,7 @@ as one line (`--debug` shows the traceback); anything else is a bug.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -491,6 +492,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 clean, 1 findings, 2 bad input or usage)."""
+    # numpy (for the MIG planner's HiGHS model) does only small vector sums here, yet its
+    # OpenBLAS starts a thread per core on import: about 50 ms of a MIG spec's `validate`.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parser = build_parser()
     for name, subparser in _subparsers(parser).items():
         if "--output" not in subparser._option_string_actions:
