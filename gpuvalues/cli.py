@@ -9,7 +9,6 @@ import argparse
 import os
 import sys
 import time
-import traceback
 
 from gpuvalues import __version__
 from gpuvalues.errors import GpuValuesError
@@ -510,15 +509,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except GpuValuesError as exc:
-        if args.debug:
-            traceback.print_exc()
+        _debug_traceback(args)
         lines = exc.lines() if hasattr(exc, "lines") else [str(exc)]
         for line in lines:
             print(f"gpuvalues: error: {line}", file=sys.stderr)
         return 2
     except OSError as exc:             # unwritable output, full disk: the user's to fix
-        if args.debug:
-            traceback.print_exc()
+        _debug_traceback(args)
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"gpuvalues: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
@@ -526,12 +523,17 @@ def main(argv: list[str] | None = None) -> int:
         print("gpuvalues: interrupted", file=sys.stderr)
         return 130
     except (MemoryError, RecursionError) as exc:  # input past a limit no check caught
-        if args.debug:
-            traceback.print_exc()
+        _debug_traceback(args)
         what = "out of memory" if isinstance(exc, MemoryError) else "input nested too deeply"
         print(f"gpuvalues: error: {what} (the input is too large or too deep to process)",
               file=sys.stderr)
         return 2
+
+
+def _debug_traceback(args: argparse.Namespace) -> None:
+    if args.debug:
+        import traceback      # here, not at the top: only --debug errors need it
+        traceback.print_exc()
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

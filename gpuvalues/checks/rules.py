@@ -13,7 +13,6 @@ Codes are stable: tools may match on them.
 """
 from __future__ import annotations
 
-import difflib
 import math
 import functools
 import json
@@ -148,6 +147,8 @@ def _error_findings(error: ValidationError, loaded: Loaded, prefix: tuple,
     """(findings for `error`, at most `room` of them; how many more were left out)."""
     path = prefix + tuple(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        import difflib        # errors only, like jsonschema
+
         allowed = set(error.schema.get("properties", {}))
         patterns = list(error.schema.get("patternProperties", {}))
         out = []
