@@ -743,7 +743,7 @@ def _fast_dump(data: Any) -> str:
             return "{}"
         if isinstance(v, list):
             return "[]"
-        key = (type(v), v)
+        key = (float, repr(v)) if isinstance(v, float) else (type(v), v)   # -0.0 == 0.0
         text = cache.get(key)
         if text is None:
             if isinstance(v, str):
