@@ -79,8 +79,11 @@ class _Unsure(Exception):
 
 
 # Keywords with no say in validation (annotations, and $defs, reached through $ref).
-_IGNORED = {"$schema", "$comment", "$defs", "title", "description", "default", "examples",
+_IGNORED = {"$comment", "$defs", "title", "description", "default", "examples",
             "deprecated", "readOnly", "writeOnly", "then", "else"}
+# At the root only: jsonschema switches dialect on a subschema's $schema, and $id moves
+# the base of the $refs below it.
+_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _JSON_TYPES = (dict, list, str, int, float, bool, type(None))
 
 
@@ -156,8 +159,9 @@ class _Compiler:
             return lambda x: False
         if not isinstance(schema, dict):
             raise _Unsupported(schema)
-        checks = [self.keyword(k, v, schema) for k, v in schema.items()
-                  if k not in _IGNORED and not (k == "$id" and schema is self.root)]
+        at_root = schema is self.root
+        checks = [self.keyword(k, v, schema) for k, v in schema.items() if k not in _IGNORED
+                  and not (at_root and (k == "$id" or (k, v) == ("$schema", _DIALECT)))]
         checks = [c for c in checks if c is not None]
         if len(checks) == 1:
             return checks[0]

@@ -83,7 +83,9 @@ def test_each_keyword_as_jsonschema_judges(schema):
 @pytest.mark.parametrize("schema", [{"format": "ipv4"}, {"multipleOf": 2},
                                     {"items": {"$ref": "other.json#/x"}},
                                     {"properties": {"a": {"$id": "x", "type": "string"}}},
-                                    {"prefixItems": [{}], "items": False}])
+                                    {"prefixItems": [{}], "items": False},
+                                    {"$schema": "http://json-schema.org/draft-07/schema#"},
+                                    {"items": {"$schema": schemas._DIALECT}}])
 def test_what_it_does_not_model_goes_to_jsonschema(schema):
     assert schemas.fast_check(schema) is None
     assert schemas.is_valid(schema, "1.2.3.4") is False
