@@ -819,8 +819,8 @@ def dump(data: Any, *, dumper: type | None = None) -> str:
                      allow_unicode=True, default_flow_style=False)
 
 
-# libyaml's reader is about 10x faster than PyYAML's pure-Python one (the catalog alone
-# is 19 files read at every CLI start); both build the same plain data.
+# libyaml's reader is about 10x faster than PyYAML's pure-Python one (manifests, tool
+# output, a catalog file edited since catalog/gpus/index.json); both build the same data.
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
