@@ -6,9 +6,9 @@ as one line (`--debug` shows the traceback); anything else is a bug.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
-import traceback
 
 from gpuvalues import __version__
 from gpuvalues.errors import GpuValuesError
@@ -491,6 +491,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 clean, 1 findings, 2 bad input or usage)."""
+    # numpy (for the MIG planner's HiGHS model) does only small vector sums here, yet its
+    # OpenBLAS starts a thread per core on import: about 50 ms of a MIG spec's `validate`.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parser = build_parser()
     for name, subparser in _subparsers(parser).items():
         if "--output" not in subparser._option_string_actions:
@@ -506,15 +509,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except GpuValuesError as exc:
-        if args.debug:
-            traceback.print_exc()
+        _debug_traceback(args)
         lines = exc.lines() if hasattr(exc, "lines") else [str(exc)]
         for line in lines:
             print(f"gpuvalues: error: {line}", file=sys.stderr)
         return 2
     except OSError as exc:             # unwritable output, full disk: the user's to fix
-        if args.debug:
-            traceback.print_exc()
+        _debug_traceback(args)
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"gpuvalues: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
@@ -522,12 +523,17 @@ def main(argv: list[str] | None = None) -> int:
         print("gpuvalues: interrupted", file=sys.stderr)
         return 130
     except (MemoryError, RecursionError) as exc:  # input past a limit no check caught
-        if args.debug:
-            traceback.print_exc()
+        _debug_traceback(args)
         what = "out of memory" if isinstance(exc, MemoryError) else "input nested too deeply"
         print(f"gpuvalues: error: {what} (the input is too large or too deep to process)",
               file=sys.stderr)
         return 2
+
+
+def _debug_traceback(args: argparse.Namespace) -> None:
+    if args.debug:
+        import traceback      # here, not at the top: only --debug errors need it
+        traceback.print_exc()
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

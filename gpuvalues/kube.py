@@ -10,18 +10,20 @@ from __future__ import annotations
 import functools
 import math
 import re
-from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuvalues.errors import CapacityError, GpuValuesError
 
+if TYPE_CHECKING:
+    from fractions import Fraction
+
 # ---------------------------------------------------------------------------- quantities
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?)$")
-_SUFFIX = {
-    None: Fraction(1), "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000),
-    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
-    "P": Fraction(10**15), "E": Fraction(10**18), "Ki": Fraction(2**10), "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30), "Ti": Fraction(2**40), "Pi": Fraction(2**50), "Ei": Fraction(2**60),
+_SUFFIX = {  # (numerator, denominator): fractions (and decimal) load only when parsing
+    None: (1, 1), "n": (1, 10**9), "u": (1, 10**6), "m": (1, 1000),
+    "k": (10**3, 1), "M": (10**6, 1), "G": (10**9, 1), "T": (10**12, 1),
+    "P": (10**15, 1), "E": (10**18, 1), "Ki": (2**10, 1), "Mi": (2**20, 1),
+    "Gi": (2**30, 1), "Ti": (2**40, 1), "Pi": (2**50, 1), "Ei": (2**60, 1),
 }
 
 
@@ -30,6 +32,8 @@ def parse_quantity(value: Any, field: str | None = None) -> Fraction:
 
     Raises `CapacityError` (a `ValueError`) naming `field` for anything else.
     """
+    from fractions import Fraction
+
     if isinstance(value, bool):
         raise CapacityError(f"{value!r} is not a quantity; write a number like 0.7 or 700m", field=field)
     if isinstance(value, int):
@@ -45,7 +49,7 @@ def parse_quantity(value: Any, field: str | None = None) -> Fraction:
     number, exponent, suffix = m.groups()
     if exponent:
         return Fraction(number) * Fraction(10) ** int(exponent[1:])
-    return Fraction(number) * _SUFFIX[suffix]
+    return Fraction(number) * Fraction(*_SUFFIX[suffix])
 
 
 # ---------------------------------------------------------------------------- names

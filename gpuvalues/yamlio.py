@@ -8,7 +8,8 @@ rules go-yaml v2 applies (checked against the real Helm 4.1.4 and 3.17.2 in
 tests/chart/test_yaml_typing.py), and takes line/column information from ruamel.yaml's
 round-trip reader. Where ruamel's YAML 1.2 reading would give a different value, it
 records a warning with the line, so a user editing the file with a YAML 1.2 tool is not
-surprised.
+surprised. A file whose every scalar both read alike (`_alike_scalar`) skips ruamel: its
+positions come from libyaml's marks, which agree.
 
 Every failure (unreadable, non-UTF-8, binary, truncated, empty, several documents,
 duplicate keys, a number Helm cannot represent) is a `SpecError` with file, line and
@@ -252,11 +253,39 @@ def check_aliasing(root) -> None:
             stack.extend((child, depth, nesting + 1) for child in reversed(node.value))
 
 
-def _check_size(text: str, source: str) -> int:
-    """The number of nodes of `text`, counted on its event stream (fast), refusing more
-    than MAX_NODES before anything is composed; syntax errors are left to the loader,
-    which places them."""
+# Scalars YAML 1.1 (Helm) and 1.2 (ruamel.yaml) read alike, by construction: a plain word
+# that starts with a letter and is none of YAML 1.1's booleans and nulls, a plain decimal
+# integer or fraction, true/false/null, or a one-line quoted string without escapes.
+_ALIKE_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_./:@+ -]*")
+_ALIKE_NUMBER = re.compile(r"-?(0|[1-9][0-9]{0,14})(\.[0-9]{1,15})?")
+_ALIKE_LITERALS = {"true", "false", "null", "~"}
+
+
+def _alike_scalar(event, is_key: bool, text: str) -> bool:
+    if event.anchor or event.tag or event.start_mark.line != event.end_mark.line:
+        return False
+    v = event.value
+    if event.style in ("'", '"'):
+        if "\\" in text[event.start_mark.index:event.end_mark.index]:
+            return False
+    elif event.style:                      # block scalars (| >); plain is "" or None
+        return False
+    if _ALIKE_WORD.fullmatch(v) and v not in _BOOL_NULL and v not in _NULLS:
+        return True
+    # keys only as words: the position walkers resolve even a quoted key as a plain one
+    return not is_key and (event.style in ("'", '"') or v in _ALIKE_LITERALS
+                           or bool(_ALIKE_NUMBER.fullmatch(v)))
+
+
+def _check_size(text: str, source: str) -> tuple[int, bool]:
+    """(the number of nodes of `text`, whether YAML 1.1 and 1.2 surely read it alike),
+    both from its event stream (fast), refusing more than MAX_NODES before anything is
+    composed; syntax errors are left to the loader, which places them. Alike: every
+    scalar is one `_alike_scalar` passes (keys only words and quoted strings), no anchor,
+    alias, tag or directive."""
     n = 0
+    alike = True
+    open_: list[list] = []           # per open collection: [is a mapping, children so far]
     try:
         for event in yaml.parse(text, Loader=_LOADERS[0]):
             if isinstance(event, (yaml.ScalarEvent, yaml.MappingStartEvent,
@@ -267,9 +296,25 @@ def _check_size(text: str, source: str) -> int:
                     raise SpecError(f"more than {MAX_NODES:,} YAML values in one file; specs "
                                     "and values files have hundreds", source=source,
                                     line=mark.line + 1, column=mark.column + 1)
+                if alike:
+                    is_key = bool(open_) and open_[-1][0] and open_[-1][1] % 2 == 0
+                    if open_:
+                        open_[-1][1] += 1
+                    if isinstance(event, yaml.ScalarEvent):
+                        alike = _alike_scalar(event, is_key, text)
+                    elif isinstance(event, yaml.AliasEvent) or is_key or event.anchor or \
+                            event.tag:
+                        alike = False
+                    else:
+                        open_.append([isinstance(event, yaml.MappingStartEvent), 0])
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                if alike:
+                    open_.pop()
+            elif isinstance(event, yaml.DocumentStartEvent) and (event.version or event.tags):
+                alike = False
     except yaml.YAMLError:
-        pass
-    return n
+        alike = False
+    return n, alike
 
 
 def _documents(text: str, loader_class) -> list:
@@ -595,7 +640,7 @@ def load_text(text: str, source: str = "<string>", *, allow_empty: bool = False)
             return Loaded({}, source, text, {(): (1, 1)}, {}, ())
         raise SpecError("file is empty, expected a YAML mapping", source=source, line=1, column=1)
     try:
-        nodes = _check_size(text, source)
+        nodes, alike = _check_size(text, source)
         docs = _load_all(text)
     except yaml.YAMLError as exc:
         raise _yaml_error(exc, text, source) from None
@@ -616,16 +661,26 @@ def load_text(text: str, source: str = "<string>", *, allow_empty: bool = False)
     key_pos: dict = {}
     rt: dict = {}
     renamed: list = []
-    from ruamel.yaml import YAML
-    from ruamel.yaml.constructor import DuplicateKeyError
-    from ruamel.yaml.error import MarkedYAMLError as RMarkedError
-    from ruamel.yaml.error import YAMLError as RYAMLError
-
     if nodes > ROUND_TRIP_LIMIT or len(text) > ROUND_TRIP_CHARS:
         # ruamel's pure-Python reader takes ~100 us a node: for big files, positions and
         # duplicate keys come from libyaml and the YAML 1.2 comparison (GV010) is skipped.
         _walk_pyyaml(text, pos, key_pos, source=source)
         return Loaded(data, source, text, pos, key_pos, ())
+    if alike:
+        # Nothing for the comparison to find: positions from libyaml, which places every
+        # node where ruamel does, without ruamel's import and reader (about 12 ms of a
+        # `validate`). tests/unit/test_yamlio.py checks both ways give the same Loaded.
+        try:
+            _walk_pyyaml(text, pos, key_pos, source=source)
+            pos[()] = (1, 1)
+            return Loaded(data, source, text, pos, key_pos, ())
+        except SpecError:             # a duplicate key: ruamel's reader words it below
+            pos, key_pos = {(): (1, 1)}, {}
+    from ruamel.yaml import YAML
+    from ruamel.yaml.constructor import DuplicateKeyError
+    from ruamel.yaml.error import MarkedYAMLError as RMarkedError
+    from ruamel.yaml.error import YAMLError as RYAMLError
+
     try:
         _walk_ruamel(YAML(typ="rt").load(text), (), pos, key_pos, rt, renamed)
     except DuplicateKeyError as exc:
@@ -743,7 +798,7 @@ def _fast_dump(data: Any) -> str:
             return "{}"
         if isinstance(v, list):
             return "[]"
-        key = (type(v), v)
+        key = (float, repr(v)) if isinstance(v, float) else (type(v), v)   # -0.0 == 0.0
         text = cache.get(key)
         if text is None:
             if isinstance(v, str):
@@ -819,8 +874,8 @@ def dump(data: Any, *, dumper: type | None = None) -> str:
                      allow_unicode=True, default_flow_style=False)
 
 
-# libyaml's reader is about 10x faster than PyYAML's pure-Python one (the catalog alone
-# is 19 files read at every CLI start); both build the same plain data.
+# libyaml's reader is about 10x faster than PyYAML's pure-Python one (manifests, tool
+# output, a catalog file edited since catalog/gpus/index.json); both build the same data.
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

@@ -1,6 +1,8 @@
 """GPU catalog: models, MIG profiles and placement rules, read from data files.
 
-Each model is one YAML file in `gpuvalues/data/gpus/` that cites its sources. Public API:
+Each model is one YAML file in `gpuvalues/catalog/gpus/` that cites its sources
+(`gpus/index.json` is a copy of their data for a fast start: `write_index()` after an
+edit; tests/unit/test_catalog.py checks it, and an edited file is read itself). Public API:
 
 - `get_gpu(name)` -> `GpuModel`: accepts the catalog name (`A100-80GB`), any alias, and
   product names as nvidia-smi and GPU feature discovery print them (`NVIDIA A100-SXM4-80GB`,
@@ -22,7 +24,9 @@ see `_derive_profile_gib` and `_derive_gpu_gib`.
 """
 from __future__ import annotations
 
+import binascii
 import functools
+import json
 import math
 import re
 from dataclasses import dataclass, replace
@@ -33,6 +37,9 @@ from gpuvalues.errors import CatalogError
 from gpuvalues.yamlio import parse_yaml
 
 DATA_DIR = Path(__file__).resolve().parent / "gpus"
+# A JSON copy of every data file's parsed document (write_index), so a start-up need not
+# parse them all; the YAML files stay the one source (see _documents).
+INDEX = "index.json"
 
 
 # Model sizes come in decimal GB (10^9 bytes, model cards); GPUs report GiB (2^30 bytes).
@@ -315,9 +322,46 @@ def _derive(gpu: "GpuModel", ratios: Mapping[tuple[str, float], float]) -> "GpuM
     return replace(gpu, mig=mig, memory_gib=gib)
 
 
-def _load_file(path: Path) -> GpuModel:
+def _fingerprint(raw: bytes) -> str:
+    return f"{len(raw)}:{binascii.crc32(raw):08x}"
+
+
+def _documents() -> list[tuple[Path, Any]]:
+    """(path, parsed document) of every data file. Parsing the 23 files takes about 9 ms
+    of every CLI start; a file whose bytes still match its entry in the index is taken
+    from there instead, any other (edited, new, no index) is parsed."""
+    try:
+        index = json.loads((DATA_DIR / INDEX).read_text())
+    except (OSError, ValueError):
+        index = {}
+    out = []
+    for path in sorted(DATA_DIR.glob("*.yaml")):
+        raw = path.read_bytes()
+        hit = index.get(path.name)
+        if isinstance(hit, dict) and hit.get("source") == _fingerprint(raw):
+            out.append((path, hit["data"]))
+        else:
+            out.append((path, parse_yaml(raw.decode(), source=str(path), error=CatalogError)))
+    return out
+
+
+def index_text() -> str:
+    """The index of the data files as they are now (tests/unit/test_catalog.py checks
+    that the committed one is; write_index() rewrites it)."""
+    entries = {path.name: {"source": _fingerprint(path.read_bytes()),
+                           "data": parse_yaml(path.read_text(), source=str(path),
+                                              error=CatalogError)}
+               for path in sorted(DATA_DIR.glob("*.yaml"))}
+    return json.dumps(entries, indent=1) + "\n"
+
+
+def write_index() -> None:
+    """Rewrite gpus/index.json after editing a data file."""
+    (DATA_DIR / INDEX).write_text(index_text())
+
+
+def _load_file(path: Path, doc: Any) -> GpuModel:
     src = str(path)
-    doc = parse_yaml(path.read_text(), source=src, error=CatalogError)
     mig_doc = _req(doc, "mig", src)
     mig = None
     if mig_doc is not None:
@@ -382,7 +426,7 @@ def _load_file(path: Path) -> GpuModel:
 def _catalog() -> tuple[dict[str, GpuModel], dict[str, str]]:
     models: dict[str, GpuModel] = {}
     index: dict[str, str] = {}
-    loaded = [(path, _load_file(path)) for path in sorted(DATA_DIR.glob("*.yaml"))]
+    loaded = [(path, _load_file(path, doc)) for path, doc in _documents()]
     ratios = _gib_ratios([g for _, g in loaded])
     for path, gpu in loaded:
         gpu = _derive(gpu, ratios)

@@ -13,22 +13,22 @@ Codes are stable: tools may match on them.
 """
 from __future__ import annotations
 
-import difflib
 import math
 import functools
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from jsonschema.exceptions import ValidationError, best_match, relevance
+from typing import TYPE_CHECKING, Any
 
 from gpuvalues.errors import CODES, Finding, ValidationFailed, errors_only  # noqa: F401 (re-exported)
 from gpuvalues.kube import kube_minor, unsupported_kube_version
 from gpuvalues.planners.topology import nvlink_size
-from gpuvalues.schemas import SCHEMAS, SPEC_SCHEMA, VALUES_SCHEMA, load_schema, validator_for  # noqa: F401 (re-exported)
+from gpuvalues.schemas import SCHEMAS, SPEC_SCHEMA, VALUES_SCHEMA, is_valid, load_schema, validator_for  # noqa: F401 (re-exported)
 from gpuvalues.yamlio import Loaded, format_path
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
 
 # ---------------------------------------------------------------- JSON Schema
 
@@ -39,6 +39,8 @@ def _branch_errors(error: ValidationError) -> ValidationError:
     shape; among the rest, the one with the fewest errors wins, then jsonschema's
     relevance ordering (deepest first).
     """
+    from jsonschema.exceptions import best_match, relevance
+
     by_branch: dict[int, list[ValidationError]] = {}
     for sub in error.context or ():
         by_branch.setdefault(sub.relative_schema_path[0], []).append(sub)
@@ -114,6 +116,8 @@ def schema_findings(loaded: Loaded, schema: dict, *, prefix: tuple = ()) -> list
     for p in prefix:
         data = data[p]
     findings: list[Finding] = []
+    if is_valid(schema, data):       # the common case, without importing jsonschema
+        return findings
     more = 0
     for error in validator_for(schema).iter_errors(data):
         if len(findings) >= MAX_FINDINGS:
@@ -143,6 +147,8 @@ def _error_findings(error: ValidationError, loaded: Loaded, prefix: tuple,
     """(findings for `error`, at most `room` of them; how many more were left out)."""
     path = prefix + tuple(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        import difflib        # errors only, like jsonschema
+
         allowed = set(error.schema.get("properties", {}))
         patterns = list(error.schema.get("patternProperties", {}))
         out = []

@@ -18,11 +18,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import signal
 import stat
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Iterator, Mapping
@@ -165,6 +163,8 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
 
 
 def _replace(target: str, folder: Path, raw: bytes, st: os.stat_result | None) -> None:
+    import tempfile           # here and in write_tree: only writes need it (start-up)
+
     fd, tmp = tempfile.mkstemp(prefix=f".{Path(target).name}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -272,6 +272,9 @@ def write_tree(out_dir: str | os.PathLike, files: Mapping[str, str | bytes]) -> 
     is a path that is not a directory. A symlink to a directory is kept and its target's
     contents swapped. Returns the written paths under `out_dir`, in the given order.
     """
+    import shutil
+    import tempfile
+
     for name in files:
         _check_name(name)
     shown = str(out_dir)

@@ -4,8 +4,6 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Sequence
 
-import yaml
-
 FORMATS = ("table", "yaml", "json")
 
 
@@ -23,5 +21,6 @@ def render(data: Any, fmt: str, as_table: Callable[[Any], str]) -> str:
     if fmt == "json":
         return json.dumps(data, indent=2, sort_keys=False) + "\n"
     if fmt == "yaml":
+        import yaml           # here: `--help` and the other formats need no YAML
         return yaml.safe_dump(data, sort_keys=False)
     return as_table(data)

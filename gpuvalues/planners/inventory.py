@@ -35,7 +35,7 @@ from gpuvalues.catalog import gfd_product_label
 from gpuvalues.errors import GpuValuesError, InventoryError
 from gpuvalues.kube import parse_quantity
 from gpuvalues.planners.topology import DEFAULT_TOPOLOGY_KEY, Topology, nvlink_size, parse_topo_matrix
-from gpuvalues.schemas import INVENTORY_SCHEMA, load_schema, validator_for
+from gpuvalues.schemas import INVENTORY_SCHEMA, is_valid, load_schema, validator_for
 from gpuvalues.yamlio import format_path
 
 API_VERSION = "gpuvalues/v1"
@@ -289,7 +289,10 @@ class Inventory:
 
 
 def _validate(data: Any, source: str | None) -> None:
-    errors = sorted(validator_for(load_schema(INVENTORY_SCHEMA)).iter_errors(data),
+    schema = load_schema(INVENTORY_SCHEMA)
+    if is_valid(schema, data):
+        return
+    errors = sorted(validator_for(schema).iter_errors(data),
                     key=lambda e: list(e.absolute_path))
     if errors:
         err = errors[0]

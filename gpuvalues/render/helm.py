@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import tempfile
 
 import yaml
 
@@ -21,6 +19,9 @@ def helm_template(values: dict, *, chart: str | os.PathLike | None = None, helm:
                   api_versions: tuple[str, ...] = ()) -> str:
     """Run `helm template` on `values` (with `chart`, default the bundled one: see
     `gpuvalues.bundle.chart_dir`) and return the rendered YAML stream."""
+    import subprocess         # here: `validate` imports this module but runs no helm
+    import tempfile
+
     binary = find_helm(helm)
     chart = chart_dir(chart)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 from gpuvalues.errors import ToolNotFoundError
@@ -27,6 +26,8 @@ def find_helm(explicit: str | None = None, major: int = 4) -> str:
     local = PROJECT_TOOLS / _HELM_NAMES[major]
     if local.is_file():
         return str(local)
+    import shutil             # here: most commands never look for helm
+
     on_path = shutil.which("helm")
     if on_path:
         return on_path

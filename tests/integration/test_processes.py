@@ -69,3 +69,30 @@ def test_stdin_and_debug_via_the_real_entry_point():
     assert proc.stderr.startswith("gpuvalues: error: <stdin>:2:1: invalid YAML")
     proc = run([GV, "values", str(BAD / "wrong-type.yaml"), "--debug"])
     assert proc.returncode == 2 and "Traceback" in proc.stderr
+
+
+# What each command may not import (issue 15: `--help` and `validate` start in < 150 ms,
+# < 250 ms with MIG): jsonschema only to word a schema error, numpy and HiGHS only to plan
+# MIG, ruamel.yaml only for a file YAML 1.1 and 1.2 may read differently, PyYAML not for
+# `--help`.
+_HEAVY = ("jsonschema", "referencing", "numpy", "highspy", "yaml", "ruamel.yaml")
+
+
+@pytest.mark.parametrize("args, allowed", [
+    (["--help"], ()),
+    (["validate", "examples/single-a100.yaml", "-q"], ("yaml",)),
+    (["validate", "examples/serving-fleet.yaml", "--output", "json"], ("yaml",)),
+    (["validate", "examples/mixed-a100-h100-mig.yaml", "-q"], ("yaml", "numpy", "highspy")),
+    (["validate", "--values", "examples/values/gateway.yaml", "-q"], ("yaml", "ruamel.yaml")),
+    (["validate", "tests/unit/data/bad/wrong-type.yaml", "-q"],
+     ("yaml", "ruamel.yaml", "jsonschema", "referencing")),
+])
+def test_cli_start_up_imports_only_what_the_command_needs(args, allowed):
+    code = ("import sys\nfrom gpuvalues.cli import main\nrc = main(sys.argv[1:])\n"
+            f"print('\\nIMPORTED', rc, *sorted(m for m in {_HEAVY!r} if m in sys.modules))")
+    out = run([str(ROOT / ".venv" / "bin" / "python"), "-c", code, *args], cwd=ROOT)
+    line = out.stdout.splitlines()[-1].split()
+    assert line[0] == "IMPORTED" and line[1] in ("0", "1"), out.stdout + out.stderr
+    assert sorted(set(line[2:]) - set(allowed)) == []
+    if "jsonschema" in allowed:     # a schema error: worded by jsonschema, as before
+        assert line[1] == "1" and "jsonschema" in line[2:]

@@ -55,7 +55,8 @@ def test_the_wheel_carries_schemas_chart_catalog_and_typing(installed):
     for needed in ("gpuvalues/py.typed", "gpuvalues/data/schemas/spec.schema.json",
                    "gpuvalues/data/schemas/values.schema.json", "gpuvalues/data/chart/Chart.yaml",
                    "gpuvalues/data/chart/values.yaml", "gpuvalues/data/chart/templates/deployment.yaml",
-                   "gpuvalues/catalog/gpus/a100-80gb.yaml", "gpuvalues/data/examples/a100-small.yaml"):
+                   "gpuvalues/catalog/gpus/a100-80gb.yaml", "gpuvalues/catalog/gpus/index.json",
+                   "gpuvalues/data/examples/a100-small.yaml"):
         assert needed in names, needed
     assert not [n for n in names if n.startswith(("tests/", "ci/", ".venv"))]
 

@@ -1,6 +1,7 @@
 """Catalog: every data file loads, cites its sources, and agrees with NVIDIA's own configs."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,28 @@ def test_mig_user_guide_gpus_present(alias, expected):
     # the MIG User Guide's Supported GPUs list (H20, H100 94GB, RTX PRO 5000, RTX PRO 6000 Max-Q, GB300)
     gpu = catalog.get_gpu(alias)
     assert gpu.name == expected and gpu.mig_capable and gpu.placement_source in {"published", "derived"}
+
+
+def test_the_index_is_the_data_files():
+    """gpus/index.json (read at start-up instead of parsing every file) holds each data
+    file's document exactly, JSON types and all."""
+    assert (catalog.DATA_DIR / catalog.INDEX).read_text() == catalog.index_text(), \
+        "a data file changed: python -c 'from gpuvalues import catalog; catalog.write_index()'"
+    for path in sorted(catalog.DATA_DIR.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        assert json.loads(json.dumps(doc)) == doc, path
+
+
+def test_a_data_file_edited_after_the_index_is_read_itself(tmp_path, monkeypatch):
+    for path in catalog.DATA_DIR.iterdir():
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    t4 = tmp_path / "t4.yaml"
+    t4.write_text(t4.read_text().replace("memory_gb: 16", "memory_gb: 17"))
+    monkeypatch.setattr(catalog, "DATA_DIR", tmp_path)
+    catalog._catalog.cache_clear()
+    try:
+        assert catalog.get_gpu("T4").memory_gb == 17
+        assert catalog.get_gpu("L4").memory_gb == 24     # the others, from the index
+    finally:
+        monkeypatch.undo()
+        catalog._catalog.cache_clear()

@@ -167,3 +167,68 @@ def test_fast_and_pure_readers_agree(loader):
     data = yaml.load(text, Loader=loader)["s"]
     for i, (t, expected) in enumerate(HELM_TYPES):
         assert data[f"k{i}"] == expected and type(data[f"k{i}"]) is type(expected), t
+
+
+# ------------------------------------------------------------------ the fast path
+
+def _loaded(text):
+    """load_text's result, or the error it raises, as comparable data."""
+    try:
+        return yamlio.load_text(text, "s.yaml")
+    except SpecError as exc:
+        return ("error", str(exc))
+
+
+def _round_trip_reader(monkeypatch):
+    """Make load_text take ruamel's round-trip reader for every document."""
+    real = yamlio._check_size
+    monkeypatch.setattr(yamlio, "_check_size", lambda text, source: (real(text, source)[0], False))
+
+
+TRICKY = ["yes", "no", "on", "Off", "y", "n", "~", "null", "Null", "NULL", "", "0755", "0o17",
+          "0x1F", "0b11", "1_000", "1e3", "1.5e3", "1.", ".5", ".inf", "-.inf", ".nan", "+1", "-1",
+          "1.0", "01", "09", "2001-12-14", "2001-12-14 21:59:43.10 -5", "12:30", "1:20:30", "=",
+          "<<", "true", "True", "TRUE", "False", "a", "v1.34", "yes please", "a b", "'q'", '"d"',
+          "'it''s'", '"t\\tab"', '"\\u00e9"', "|\n  block", ">-\n  folded", "!!str 1", "&a 1",
+          "*a", "[1, 2]", "{a: 1}", "[]", "{}", "9" * 20, "-0", "0.0", "-0.0", "3.14159",
+          "é", "a#b", "a #c", "@x", "`x`", "%x", "x:", "? x", "- x"]
+# ...and ones at the edge of what the fast path takes (`yamlio._alike_scalar`)
+NEAR = ["a", "o", "yes_", "Yes1", "nO", "y1", "true1", "Truex", "null_", "ON1", "e5", "E",
+        "inf", "nan", "NaN", "Infinity", "0", "-0", "10", "1.5", "0.0", "-0.0", "123456789012345",
+        "1.000000000000001", "'yes'", '"on"', "'0755'", "''", '""', "a b", "a:b", "a@b", "x+y",
+        "A_B", "v1", "x/y.z", "a-"]
+
+
+def _mutations(text, rng, n):
+    """`text` with one to three scalars replaced by TRICKY ones (keys included)."""
+    import yaml
+
+    spans = [(e.start_mark.index, e.end_mark.index) for e in yaml.parse(text)
+             if isinstance(e, yaml.ScalarEvent)]
+    for _ in range(n):
+        out = text
+        for a, b in sorted(rng.sample(spans, min(len(spans), rng.choice([1, 1, 2, 3]))),
+                           reverse=True):
+            out = out[:a] + rng.choice(TRICKY if rng.random() < 0.3 else NEAR) + out[b:]
+        yield out
+
+
+def test_the_fast_path_loads_what_the_round_trip_reader_loads(monkeypatch):
+    """Documents YAML 1.1 and 1.2 read alike skip ruamel's reader: the same data,
+    positions, key positions, warnings and errors as with it, on every example, chart
+    values file and test document, and on thousands of mutations of the examples."""
+    import random
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    files = sorted(root.glob("examples/**/*.yaml")) + sorted(root.glob("charts/*/ci/*.yaml")) + \
+        [root / "charts" / "gpu-inference" / "values.yaml"] + sorted(root.glob("tests/**/*.yaml"))
+    texts = [p.read_bytes().decode("utf-8", "replace") for p in files]
+    rng = random.Random(15)
+    texts += [m for t in texts[:13] for m in _mutations(t, rng, 40)]
+    fast = [_loaded(t) for t in texts]
+    took = sum(yamlio._check_size(t, "s.yaml")[1] for t in texts)
+    _round_trip_reader(monkeypatch)
+    for text, got in zip(texts, fast, strict=True):
+        assert got == _loaded(text), text
+    assert took > len(texts) // 3          # the fast path, well exercised
