@@ -554,11 +554,14 @@ def _walk_ruamel(node: Any, path: tuple, pos: dict, key_pos: dict, rt: dict,
     """Record positions (1-based) and ruamel's YAML 1.2 values for each path, and keys
     Helm renames (`on:` is the key "true" for Helm) in `renamed`."""
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
+    from ruamel.yaml.scalarstring import ScalarString
 
     if isinstance(node, CommentedMap):
         for k in node:
+            # a quoted or block key (ScalarString, with preserve_quotes) is a string for
+            # Helm too; only a plain key is resolved as YAML 1.1 resolves it
             try:
-                kp = helm_scalar(k) if isinstance(k, str) else k
+                kp = helm_scalar(k) if isinstance(k, str) and not isinstance(k, ScalarString) else k
             except NotRepresentable:
                 kp = k
             sub = path + (helm_key(kp),)
@@ -682,7 +685,9 @@ def load_text(text: str, source: str = "<string>", *, allow_empty: bool = False)
     from ruamel.yaml.error import YAMLError as RYAMLError
 
     try:
-        _walk_ruamel(YAML(typ="rt").load(text), (), pos, key_pos, rt, renamed)
+        rt_yaml = YAML(typ="rt")
+        rt_yaml.preserve_quotes = True     # tells a quoted key from a plain one
+        _walk_ruamel(rt_yaml.load(text), (), pos, key_pos, rt, renamed)
     except DuplicateKeyError as exc:
         mark = exc.problem_mark
         key = re.search(r'duplicate key "([^"]*)"', str(exc.problem or ""))

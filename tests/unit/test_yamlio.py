@@ -49,6 +49,15 @@ def test_keys_become_strings_and_renamed_keys_warn():
                      "'true'; YAML 1.2 tools keep 'on'; quote the key"]
 
 
+def test_a_quoted_key_is_a_string_for_helm_too():
+    """'yes': is the key "yes" for Helm and for YAML 1.2 tools alike: no warning, and its
+    position is found under "yes" (a plain yes: is still Helm's "true")."""
+    loaded = yamlio.load_text("'yes': 1\n\"on\": 2\nno: 3\n", "v.yaml")
+    assert loaded.data == {"yes": 1, "on": 2, "false": 3}
+    assert [w.path for w in loaded.warnings] == ["false"]
+    assert loaded.position(("yes",)) == (1, 8) and loaded.position(("on",)) == (2, 7)
+
+
 def test_yaml12_divergence_warns_with_line():
     text = "a:\n  b: yes\n  mode: 0755\n  ok: 0o755\n  f: 1e3\n  s: 'yes'\n"
     loaded = yamlio.load_text(text, "v.yaml")
