@@ -8,6 +8,8 @@ stdin), returns data or raises a `GpuValuesError`; the CLI only parses arguments
 """
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -19,7 +21,7 @@ from gpuvalues.checks.rules import Context, values_findings, warnings_or_raise
 from gpuvalues.checks.spec import check_spec, load_spec, parse_spec
 from gpuvalues.errors import Finding, GpuValuesError, ValidationFailed, errors_only
 from gpuvalues.fleet import Fleet, Release, build_fleet, expected_nodes
-from gpuvalues.io.files import write_atomic
+from gpuvalues.io.files import write_all
 from gpuvalues.kube import supported_kube_minor
 
 __all__ = ["fleet_of", "plan_data", "rendered", "release_values_text", "combined_values",
@@ -90,16 +92,30 @@ def combined_values(fleet: Fleet) -> Release:
     return replace(w, values=values, decisions=w.decisions + fleet.platform.decisions)
 
 
+def _node_side_files(fleet: Fleet, directory: str | Path) -> list[tuple[Path, str]]:
+    return [(Path(directory) / name, yamlio.dump(data)) for name, data in fleet.node_side().items()]
+
+
+def _write_outputs(outputs: list[tuple[Path, str]], folders: list[Path]) -> list[Path]:
+    """Write `outputs` as one (`write_all`: all or none) into `folders`, made when
+    missing and removed again, when still empty, if the write fails."""
+    made = [f for f in dict.fromkeys(folders) if not f.exists()]
+    for f in made:
+        f.mkdir(parents=True, exist_ok=True)
+    try:
+        write_all(outputs)
+    except BaseException:
+        for f in reversed(made):
+            with contextlib.suppress(OSError):
+                f.rmdir()
+        raise
+    return [path for path, _ in outputs]
+
+
 def write_node_side(fleet: Fleet, directory: str | Path) -> list[Path]:
     """The node side (mig-parted config, device-plugin configs, node labels and groups)
-    as files in `directory`, each written atomically."""
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, data in fleet.node_side().items():
-        write_atomic(out / name, yamlio.dump(data))
-        paths.append(out / name)
-    return paths
+    as files in `directory`, written as one."""
+    return _write_outputs(_node_side_files(fleet, directory), [Path(directory)])
 
 
 def write_values(fleet: Fleet, out: str | None, artifacts: str | None,
@@ -107,23 +123,22 @@ def write_values(fleet: Fleet, out: str | None, artifacts: str | None,
     """Write the values: into a directory, `<release>.values.yaml` per release (platform
     first); into a file (`out` is not a directory and the spec has one workload, or
     `workload` is named), that one release (`combined_values` for a one-workload spec).
-    With `artifacts`, the node side too. Every file atomically."""
-    paths: list[Path] = []
+    With `artifacts`, the node side too. All files are written as one: a failure leaves
+    every target as it was (gpuvalues.io.files.write_all)."""
+    outputs: list[tuple[Path, str]] = []
+    folders: list[Path] = []
     if out:
         target = Path(out)
         if workload or (not target.is_dir() and len(fleet.workloads) == 1):
             one = fleet.release(workload) if workload else combined_values(fleet)
-            write_atomic(target, release_values_text(one))
-            paths.append(target)
+            outputs.append((target, release_values_text(one)))
         else:
-            target.mkdir(parents=True, exist_ok=True)
-            for r in fleet.releases:
-                path = target / f"{r.name}.values.yaml"
-                write_atomic(path, release_values_text(r))
-                paths.append(path)
+            folders.append(target)
+            outputs += [(target / f"{r.name}.values.yaml", release_values_text(r)) for r in fleet.releases]
     if artifacts:
-        paths += write_node_side(fleet, artifacts)
-    return paths
+        folders.append(Path(artifacts))
+        outputs += _node_side_files(fleet, artifacts)
+    return _write_outputs(outputs, folders)
 
 
 def install_commands(fleet: Fleet, values_dir: str | Path, artifacts: str | Path | None = None,

@@ -23,7 +23,7 @@ import stat
 import sys
 import threading
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 from gpuvalues.errors import GpuValuesError, OutputError, RenderError
 from gpuvalues.render.helm import object_file_name, split_documents
@@ -140,29 +140,58 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
     a symlink keeps pointing where it did and its target is replaced; a hard-linked file
     is written through; `-`, devices and FIFOs are streamed. Raises `OutputError`.
     """
-    raw = _bytes(data)
-    if is_stream(path):
-        _write_stream(path, raw)
-        return
-    target = os.path.realpath(path)          # write through symlinks (chains too)
-    try:
-        st: os.stat_result | None = os.stat(target)
-    except FileNotFoundError:
-        st = None
-    except OSError as exc:
-        raise _os_error(exc, path) from None
-    folder = Path(target).parent
+    write_all([(path, data)])
+
+
+def write_all(outputs: Sequence[tuple[str | os.PathLike, str | bytes]]) -> None:
+    """Write several outputs as one, each by `write_atomic`'s rules: every file to be
+    replaced is first staged as a synced temp file beside its target, and only when all
+    are staged do they take their targets' places (then hard-linked files are rewritten
+    and streams written). A failure while staging (permission, a full disk, a read-only
+    filesystem, a directory where a file should be) leaves every target as it was.
+    Raises `OutputError`."""
+    staged: list[tuple[str, str, Path, str | os.PathLike]] = []   # (temp, target, folder, path)
+    later: list[tuple[bool, str | os.PathLike, bytes]] = []   # (stream?, path, data)
     with _terminate_as_exit():
+        current: str | os.PathLike = ""
         try:
-            if st is not None and st.st_nlink > 1:
-                _write_in_place(target, raw)
-                return
-            _replace(target, folder, raw, st)
+            for current, data in outputs:
+                raw = _bytes(data)
+                if is_stream(current):
+                    later.append((True, current, raw))
+                    continue
+                target = os.path.realpath(current)   # write through symlinks (chains too)
+                try:
+                    st: os.stat_result | None = os.stat(target)
+                except FileNotFoundError:
+                    st = None
+                if st is not None and st.st_nlink > 1:
+                    later.append((False, target, raw))
+                    continue
+                folder = Path(target).parent
+                staged.append((_stage(target, folder, raw, st), target, folder, current))
+            for i, (tmp, target, folder, current) in enumerate(staged):
+                os.replace(tmp, target)
+                staged[i] = ("", target, folder, current)
+            for folder in {folder for _, _, folder, _ in staged}:
+                _fsync_dir(folder)
+            for stream, current, raw in later:
+                if stream:
+                    _write_stream(current, raw)
+                else:
+                    _write_in_place(str(current), raw)
         except OSError as exc:
-            raise _os_error(exc, path) from None
+            raise _os_error(exc, current) from None
+        finally:
+            for tmp, *_ in staged:
+                if tmp:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(tmp)
 
 
-def _replace(target: str, folder: Path, raw: bytes, st: os.stat_result | None) -> None:
+def _stage(target: str, folder: Path, raw: bytes, st: os.stat_result | None) -> str:
+    """A synced temp file beside `target` holding `raw`, with the old file's mode and
+    owner (or a new file's); the caller renames it into place or removes it."""
     import tempfile           # here and in write_tree: only writes need it (start-up)
 
     fd, tmp = tempfile.mkstemp(prefix=f".{Path(target).name}.", suffix=".tmp", dir=folder)
@@ -175,13 +204,11 @@ def _replace(target: str, folder: Path, raw: bytes, st: os.stat_result | None) -
                     os.fchown(f.fileno(), st.st_uid, st.st_gid)
             os.fchmod(f.fileno(), (st.st_mode & 0o7777) if st is not None else _new_file_mode())
             os.fsync(f.fileno())
-        os.replace(tmp, target)
-        tmp = ""
-        _fsync_dir(folder)
-    finally:
-        if tmp:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return tmp
 
 
 def check_writable(path: str | os.PathLike) -> None:

@@ -172,6 +172,28 @@ def test_unwritable_output_is_a_user_error(capsys, tmp_path):
     assert code == 2 and err.startswith("gpuvalues: error: ") and len(err.splitlines()) == 1
 
 
+def test_values_write_all_files_or_none(capsys, tmp_path):
+    """`values -o DIR --artifacts DIR2` writes every file or none (files.write_all): with
+    the artifacts path an existing file, nothing changes: the old values stay, the new
+    folder is not left behind, no temp file remains; exit 2 with one line."""
+    old = tmp_path / "old"
+    assert gv(capsys, "values", MIXED, "-o", old, "-q")[0] == 0
+    before = {p.name: p.read_bytes() for p in old.iterdir()}
+    (old / "gpu-platform.values.yaml").write_text("# edited\n")
+    before["gpu-platform.values.yaml"] = b"# edited\n"
+    blocker = tmp_path / "nodes"
+    blocker.write_text("a file, not a folder\n")
+    for out in (old, tmp_path / "new"):
+        code, _, err = gv(capsys, "values", MIXED, "-o", out, "--artifacts", blocker)
+        assert code == 2 and err.startswith("gpuvalues: error: ") and len(err.splitlines()) == 1, err
+    assert {p.name: p.read_bytes() for p in old.iterdir()} == before
+    assert not (tmp_path / "new").exists()
+    assert blocker.read_text() == "a file, not a folder\n"
+    # negative control: the same command with a usable artifacts folder writes both
+    assert gv(capsys, "values", MIXED, "-o", old, "--artifacts", tmp_path / "nodes2", "-q")[0] == 0
+    assert (old / "gpu-platform.values.yaml").read_bytes() != b"# edited\n"
+
+
 def test_validate_reports_builder_errors_with_their_code(capsys):
     code, out, _ = gv(capsys, "validate", BAD / "impossible.yaml", "--output", "json")
     assert code == 1
