@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, TOOLS
+from tests.e2e import e2elib
 
 
 
@@ -119,16 +120,7 @@ class Kube:
 
     def wait(self, what: str, predicate, timeout: float = 90, interval: float = 0.5):
         """Poll predicate() until it returns a truthy value; fail with `what` on timeout."""
-        t0 = time.monotonic()
-        deadline = t0 + timeout
-        last = None
-        while time.monotonic() < deadline:
-            last = predicate()
-            if last:
-                print(f"[{time.monotonic() - t0:5.1f}s] waited for {what}")
-                return last
-            time.sleep(interval)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+        return e2elib.wait(what, predicate, timeout, interval)
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
+import time
 from pathlib import Path
 from typing import Mapping
 
@@ -208,3 +209,17 @@ def start_prometheus(cluster, prometheus_bin: str, workdir: Path, job: str, targ
                                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
                          ready_url=f"http://127.0.0.1:{port}/-/ready")
     return proc, f"http://127.0.0.1:{port}"
+
+
+def wait(what: str, predicate, timeout: float = 120, interval: float = 0.5):
+    """Poll predicate() until it returns a truthy value (returned); fail with `what` and
+    the last value on timeout."""
+    t0 = time.monotonic()
+    last = None
+    while time.monotonic() < t0 + timeout:
+        last = predicate()
+        if last:
+            print(f"[{time.monotonic() - t0:5.1f}s] waited for {what}")
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")

@@ -209,16 +209,3 @@ def quantity(text: str) -> float:
     if text and text[-1] in suffix:
         return float(text[:-1]) * suffix[text[-1]]
     return float(text)
-
-
-def wait(what: str, predicate, timeout: float = 120, interval: float = 0.5):
-    """Poll predicate() until truthy; AssertionError with the last value on timeout."""
-    t0 = time.monotonic()
-    last = None
-    while time.monotonic() < t0 + timeout:
-        last = predicate()
-        if last:
-            print(f"[{time.monotonic() - t0:5.1f}s] {what}")
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")

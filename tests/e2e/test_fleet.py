@@ -205,7 +205,7 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
         return got if ok else None
 
     try:
-        pods = fleetlib.wait(f"{sum(want.values())} pods Running at maxReplicas {want}", all_running, timeout=120)
+        pods = e2elib.wait(f"{sum(want.values())} pods Running at maxReplicas {want}", all_running, timeout=120)
     except AssertionError:
         got = _pods_by_workload(fc)
         raise AssertionError("not every workload Running at maxReplicas: " + "; ".join(
@@ -264,7 +264,7 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
                     and not _opted_out(ds, o)}
         assert admitted, f"DaemonSet {ds['metadata']['name']} (nodeSelector {sel}) admits no fleet node"
         match = e2elib.selector_string(ds["spec"]["selector"]["matchLabels"])
-        fleetlib.wait(f"DaemonSet {ds['metadata']['name']} Running on its {len(admitted)} nodes", lambda: {
+        e2elib.wait(f"DaemonSet {ds['metadata']['name']} Running on its {len(admitted)} nodes", lambda: {
             p["spec"].get("nodeName") for p in kube.pods(fleet.platform.namespace, match)
             if p["status"].get("phase") == "Running"} == admitted, timeout=60)
 
@@ -299,7 +299,7 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
             return True if all(v is True for v in got.values()) else None
 
         try:
-            fleetlib.wait(f"every HPA ({len(hpa_workloads)}) reading its metric", every_hpa, timeout=90, interval=1)
+            e2elib.wait(f"every HPA ({len(hpa_workloads)}) reading its metric", every_hpa, timeout=90, interval=1)
         except AssertionError:
             raise AssertionError("HPAs not reading their metrics: " + repr(
                 {r.workload: hpa_reads(r) for r in hpa_workloads}) + "\nadapter log:\n"
@@ -322,7 +322,7 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
                 return lost == {"llama-70b"} and not any(
                     c["type"] == "ScalingActive" and c["status"] == "True"
                     for c in got["llama-70b"][0] or [])
-            fleetlib.wait("llama-70b's HPA without a metric once its rule is gone, the others reading",
+            e2elib.wait("llama-70b's HPA without a metric once its rule is gone, the others reading",
                           only_vllm_unserved, timeout=60, interval=1)
     print(f"{example}: {sum(want.values())} pods at max in {time.monotonic() - t0:.1f} s")
 
@@ -362,7 +362,7 @@ def test_negative_control_group_without_device_plugin_config_stays_pending(fleet
     settled.last = None
 
     try:
-        got = fleetlib.wait("every phi-mini pod Unschedulable, qwen-3b Running at max",
+        got = e2elib.wait("every phi-mini pod Unschedulable, qwen-3b Running at max",
                             settled, timeout=60)
     except AssertionError:
         raise AssertionError(f"negative control did not settle: {settled.last}") from None
