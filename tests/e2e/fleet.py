@@ -21,6 +21,8 @@ from pathlib import Path
 
 import yaml
 
+from gpuvalues.planners import deviceplugin
+
 HARDWARE = Path(__file__).with_name("hardware.yaml")
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
@@ -29,7 +31,7 @@ DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 #: the NVLink topology label gpuvalues' topology labeler sets. Any other nvidia.com/ label of a
 #: group would be a hand-written GPU label: fleet_gpu_nodes refuses it.
 #: The GPU Operator's per-node opt-out of the device plugin (gpuvalues sets it on DRA pools).
-DEPLOY_OPT_OUT = "nvidia.com/gpu.deploy.device-plugin"
+DEPLOY_OPT_OUT = deviceplugin.DEPLOY_LABEL
 NOT_FROM_GFD = frozenset({DEVICE_PLUGIN_CONFIG_LABEL, "nvidia.com/mig.config", "nvidia.com/gpu.topology",
                           "nvidia.com/gpu.present", DEPLOY_OPT_OUT})
 

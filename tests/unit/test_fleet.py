@@ -441,6 +441,9 @@ def test_dra_pools_opt_out_of_the_device_plugin():
     assert {n.name: {k: v for k, v in n.allocatable.items() if k.startswith("nvidia.com/")}
             for n in nodes} == {"dra-001": {}, "dra-002": {}, "plugin-001": {"nvidia.com/gpu": 4},
                                 "plugin-002": {"nvidia.com/gpu": 4}}
+    # the label the chart's device plugin DaemonSet honours by default is this one
+    chart = yamlio.load_yaml(ROOT / "charts" / "gpu-inference" / "values.yaml").data
+    assert chart["platform"]["devicePlugin"]["nodeOptOutLabel"] == deviceplugin.DEPLOY_LABEL
     only_dra = fleet_of(EXAMPLES / "dra-fleet.yaml")
     assert only_dra.platform.values["platform"]["devicePlugin"]["enabled"] is False
 
