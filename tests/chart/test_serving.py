@@ -228,7 +228,9 @@ def test_model_cache_pvc_and_fill_job(helm_name):
     model_vol = next(v for v in spec["volumes"] if v["name"] == "model")
     assert model_vol["persistentVolumeClaim"] == {"claimName": f"{FULL}-model", "readOnly": True}
     wait = spec["initContainers"][0]
-    assert wait["name"] == "wait-model" and f"{env['MODEL_DIR']}/{MARKER}" in wait["command"][2]
+    wait_env = {e["name"]: e.get("value") for e in wait["env"]}
+    assert wait["name"] == "wait-model" and wait_env["MODEL_DIR"] == env["MODEL_DIR"]
+    assert f'"$MODEL_DIR/{MARKER}"' in wait["command"][2]
     assert "--model=/models/meta-llama/Llama-3.1-70B-Instruct" in container(o)["args"]
 
 
