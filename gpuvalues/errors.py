@@ -171,6 +171,8 @@ CODES = {
     "GV020": ("a workload that would block or hurt a node drain",
               "keep >= 2 replicas, pdb.maxUnavailable 1 with unhealthyPodEvictionPolicy AlwaysAllow, "
               "and no toleration of the remediation taint"),
+    "GV031": ("an image tagged latest (it changes under a running release)",
+              "pin a version tag or a digest (image.digest: sha256:...)"),
     "GV100": ("bad input", "fix the value the message names"),
 }
 

@@ -81,8 +81,13 @@ def _describe(error: ValidationError) -> str:
     if error.validator in ("maxLength", "minLength") and isinstance(error.instance, str):
         bound = "at most" if error.validator == "maxLength" else "at least"
         return f"{_short(error.instance)} has {len(error.instance)} characters, {bound} {error.validator_value}"
-    if error.validator == "not" and error.validator_value == {"pattern": ":latest(@|$)"}:
+    if error.validator == "not" and error.validator_value in ({"pattern": ":latest(@|$)"},
+                                                              {"const": "latest"}):
         return "image tag must be pinned, not 'latest'"
+    if error.validator in ("pattern", "not") and isinstance(error.schema, dict) \
+            and error.schema.get("description"):
+        # A regex says nothing to a reader; the schema's description says what is allowed.
+        return f"{_short(error.instance)} does not match: {error.schema['description']}"
     if _alternative_keys(error):
         keys = " or ".join(repr(k) for k in _alternative_keys(error))
         return f"needs {keys}"
@@ -355,7 +360,7 @@ def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded 
 
     out: list[Finding] = []
 
-    def add(code: str, message: str, *path: str, severity: str = "error",
+    def add(code: str, message: str, *path: str | int, severity: str = "error",
             hint: str | None = None) -> None:
         out.append(finding(code, message, format_path(path), loaded=loaded, at=path,
                            severity=severity, hint=hint, source=source))
@@ -474,6 +479,37 @@ def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded 
         elif req is not None and _quantity_int(req) != count and lim is None:
             add("GV008", f"{key}: request {req} differs from the GPU limit {count} the chart "
                 "sets from gpu.count", "resources", "requests", key)
+
+    # GV031: images tagged latest, the ones the chart refuses at render (templates/
+    # validation.yaml; the platform images' schema refuses it there).
+    server_type = _get(values, "server", "type", default="vllm")
+    for path in (("server", "image"), ("server", "images", server_type), ("model", "init", "image"),
+                 ("helmTest", "image"), ("gateway", "epp", "image")):
+        if str(_get(values, *path, "tag")) == "latest":
+            add("GV031", "latest is not allowed: it changes under a running release and breaks "
+                "rollbacks", *path, "tag", hint="pin a version tag, or set the image's digest")
+    reference = _get(values, "model", "image", "reference")
+    if _get(values, "model", "source") == "image" and str(reference).endswith(":latest"):
+        add("GV031", "latest is not allowed: it changes under a running release and breaks "
+            "rollbacks", "model", "image", "reference", hint="pin a version tag or a digest")
+
+    # GV018: LoRA adapters are served (and routed) by name: names unique and not the base
+    # model's (the chart's templates/validation.yaml refuses both at render).
+    seen: set = set()
+    model_name = _get(values, "model", "name")
+    for i, adapter in enumerate(_get(values, "lora", "adapters", default=[]) or []):
+        name = adapter.get("name") if isinstance(adapter, dict) else None
+        if name is None:
+            continue
+        if name in seen:
+            add("GV018", f"LoRA adapter name {name} is used twice: each adapter is served "
+                "under its own name", "lora", "adapters", i, "name",
+                hint="rename one of the adapters")
+        elif name == model_name:
+            add("GV018", f"LoRA adapter name {name} is also model.name: an adapter needs a "
+                "served name of its own", "lora", "adapters", i, "name",
+                hint="rename the adapter")
+        seen.add(name)
 
     # The target version must be one whose API schemas are bundled (gpuvalues.kube).
     if ctx.kube_version and unsupported_kube_version(ctx.kube_version):
