@@ -61,7 +61,7 @@ def test_every_alert_has_a_firing_and_a_quiet_case(spec):
         for t in case["alert_rule_test"]:
             (fired if t["exp_alerts"] else quiet).add(t["alertname"])
     names = set(_alerts(spec))
-    assert len(names) == 11, names
+    assert len(names) == 12, names
     assert names <= fired, f"no firing case for {names - fired}"
     assert names <= quiet, f"no quiet case for {names - quiet}"
 
@@ -134,6 +134,12 @@ OLD_RULES = {
     ("GPUDoubleBitECCError", "20m"): "max by (Hostname, gpu, UUID) (increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[30m])) > 0",
     # absent() alone: a GPU pool scaled to zero pages.
     ("DCGMExporterAbsent", "12m"): 'absent(up{job="gi-gpu-inference-dcgm-exporter"} == 1)',
+    # no opt-out exclusion: a DRA node (gpu.present, no nvidia.com/gpu) pages as critical.
+    ("GPUNodeNoAllocatableGPUs", "11m"):
+        '(sum by (node) (kube_node_status_capacity{resource=~"nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"}) > 0 '
+        'unless on (node) sum by (node) (kube_node_status_allocatable{resource=~"nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"}) > 0) '
+        'or (max by (node) (kube_node_labels{label_nvidia_com_gpu_present="true"}) '
+        'unless on (node) sum by (node) (kube_node_status_capacity{resource=~"nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"}) > 0)',
     # unavailable > 0 for 20m: a healthy rollout of slow-loading pods fires.
     ("InferencePodsNotReady", "21m"):
         'kube_deployment_status_replicas_unavailable{namespace="inference",deployment="gi-gpu-inference"} > 0',
