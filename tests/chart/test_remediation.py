@@ -41,7 +41,7 @@ def test_off_by_default(helm):
 def test_one_resource_per_template_and_strict_validation(helm, rendered_on):
     objs = remediation_objs(rendered_on(helm))
     kinds = sorted(o["kind"] for o in objs)
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Role", "RoleBinding",
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "NetworkPolicy", "Role", "RoleBinding",
                      "Service", "ServiceAccount"]
     for minor in KUBE_MINORS:
         assert k8s_errors(objs, minor) == []
@@ -203,7 +203,6 @@ CHECKOV_SKIPS = {
     "CKV_K8S_38": "the controller talks to the API server: it needs its ServiceAccount token",
     "CKV_K8S_43": "pinned tag; a digest is per registry mirror and cannot be resolved offline here",
     "CKV_K8S_15": "IfNotPresent with a pinned tag, as every platform image of the chart",
-    "CKV2_K8S_6": "which peers may scrape /metrics is cluster-specific (the workload's NetworkPolicy is opt-in too)",
 }
 
 

@@ -313,3 +313,26 @@ spec:
       {{- end }}
       {{- include "gpu-inference.platform.nodePlacement" (dict "root" .root "optOut" .optOut) | nindent 6 }}
 {{- end }}
+
+{{/* "true" when a component's NetworkPolicy renders: its own `enabled`, or with null the
+     workload's networkPolicy.enabled (one switch polices the whole release). Args: dict
+     root, policy (the component's networkPolicy values). */}}
+{{- define "gpu-inference.platform.networkPolicyOn" -}}
+{{- if kindIs "invalid" .policy.enabled }}
+{{- if .root.Values.networkPolicy.enabled }}true{{- end }}
+{{- else if .policy.enabled }}true{{- end }}
+{{- end }}
+
+{{/* One ingress rule of a component's NetworkPolicy: `from` the peers (none: any source)
+     to the named ports. Args: dict peers, ports (list of port names). */}}
+{{- define "gpu-inference.platform.ingressRule" -}}
+- {{- with .peers }}
+  from:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  ports:
+    {{- range .ports }}
+    - port: {{ . }}
+      protocol: TCP
+    {{- end }}
+{{- end }}
