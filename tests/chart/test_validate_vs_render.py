@@ -96,6 +96,12 @@ def api_server_errors(obj: dict) -> list[str]:
                 for r in (c.get("resources") or {}).get(part, {}) or {}:
                     if not resource_name_ok(r):
                         out.append(f"{where}/{c['name']}: resources.{part}.{r}")
+        for c in pod.get("initContainers", []) + pod.get("containers", []):
+            # validateLocalDescendingPath: a subPath is relative and has no '..' element
+            for m in c.get("volumeMounts", []):
+                sub = m.get("subPath", "")
+                if sub.startswith("/") or ".." in sub.split("/"):
+                    out.append(f"{where}/{c['name']}: volumeMounts subPath {sub!r}")
     tpl_meta = ((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}
     out += label_errors(f"{where} pod", tpl_meta.get("labels"))
     if (obj.get("apiVersion"), obj.get("kind")) in crd_validators():
@@ -184,6 +190,8 @@ HOSTILE = {
     "node-selector-value": {"nodeSelector": {"pool": "a b"}},
     "service-monitor-label": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube prometheus"}}},
     "fullname-digit": {"fullnameOverride": "1llm"},
+    "subpath-absolute": {"model": {"source": "pvc", "pvc": {"claimName": "w", "subPath": "/etc"}}},
+    "subpath-dotdot": {"model": {"source": "pvc", "pvc": {"claimName": "w", "subPath": "a/../../b"}}},
 }
 
 # Values every consumer takes: validate must take them too.
@@ -229,6 +237,27 @@ def test_the_api_server_checks_can_fail():
     assert api_server_errors(pod) == ["Pod/p/c: resources.limits.cpuu"]
 
 
+# Values pasted into the alerts' PromQL and annotations (where Prometheus expands {{ }}):
+# no consumer refuses them, they change what the rules do, so validate must.
+QUERY_INJECTION = {
+    "job-breaks-out": {"platform": {"alerts": {"dcgmExporterJob": 'x"} or vector(1) #'}}},
+    "job-template": {"platform": {"alerts": {"dcgmExporterJob": '{{ query "up" }}'}}},
+    "runbook-template": {"platform": {"alerts": {"runbookBaseUrl": 'https://r.example.com/{{ query "up" }}'}}},
+    "runbook-quote": {"platform": {"alerts": {"runbookBaseUrl": 'https://r.example.com/"x'}}},
+}
+
+
+@pytest.mark.parametrize("case", sorted(QUERY_INJECTION))
+def test_values_that_reach_promql_are_refused(case):
+    assert validate_errors(QUERY_INJECTION[case]), case
+
+
+def test_the_chart_s_own_job_names_pass():
+    for job in ("gi-gpu-inference-dcgm-exporter", "nvidia-dcgm-exporter", "monitoring/dcgm"):
+        assert validate_errors({"platform": {"alerts": {"dcgmExporterJob": job,
+                                                        "runbookBaseUrl": "https://r.example.com/gpu"}}}) == []
+
+
 # --------------------------------------------------------------------------- specs
 
 SPEC = yaml.safe_load((ROOT / "examples" / "single-a100.yaml").read_text())
@@ -250,6 +279,8 @@ SPECS = {
     "cache-model-not-hf": (spec_with(model="a/b/c", modelSource={"type": "cache", "storageClassName": "nfs"},
                                      modelSizeGB=10), False),
     "lora-duplicate": (spec_with(lora=[{"name": "a", "source": "org/a"}, {"name": "a", "source": "org/b"}]), False),
+    "storage-class-injection": (spec_with(modelSource={"type": "cache", "storageClassName": "nfs;rm"},
+                                          modelSizeGB=10), False),
     "name-53": (spec_with(name="a" * 53), True),
 }
 
