@@ -24,7 +24,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.chart.chartlib import HELMS, parse
+from tests.chart.chartlib import HELMS, SCENARIO_DIR, parse, rendered
 from tests.conftest import CHART
 
 INTERPRETERS = {"sh", "/bin/sh", "bash", "/bin/bash", "ash", "dash", "python", "python3"}
@@ -221,3 +221,18 @@ def test_kubelet_expansion_port_matches_upstream_cases():
         "$(VAR_EMPTY)": "",
     }
     assert {k: kubelet_expand(k, env) for k in cases} == cases
+
+
+def test_every_interpreter_script_in_the_scenarios_is_one_this_test_runs():
+    """A `-c` script added to any template (and rendered by a ci/ scenario) must join the
+    checks above: the scenarios render none but the two checked here."""
+    checked = set(reference_scripts("helm"))
+    assert checked == {"Deployment/wait-model", "Job/fill"}, checked
+    found = {}
+    for f in sorted(SCENARIO_DIR.glob("*-values.yaml")):
+        scenario = f.name.removesuffix("-values.yaml")
+        for where, _, script in interpreter_scripts(list(rendered("helm", scenario))):
+            found.setdefault(where, set()).add(script)
+    assert set(found) <= checked, sorted(set(found) - checked)
+    for where, scripts in found.items():
+        assert scripts == {reference_scripts("helm")[where]}, where
