@@ -299,3 +299,24 @@ def test_a_spec_validate_accepts_renders(case, tmp_path):
             pytest.fail(f"{case}: validate accepts it, render refuses: {exc}")
         errors = [e for _, text in out for obj in parse(text) for e in api_server_errors(obj)]
         assert errors == [], errors
+
+
+def helm_refuses(helm_name: str, values: dict) -> bool:
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / "values.yaml"
+        f.write_text(yaml.safe_dump(values))
+        proc = subprocess.run(
+            [HELMS[helm_name], "template", "gi", str(CHART), "--namespace", "inference",
+             "--kube-version", "1.34.0", "--values", str(f)], capture_output=True, text=True)
+    return proc.returncode != 0
+
+
+@pytest.mark.parametrize("helm_name", ["helm", "helm3"])
+def test_both_helms_enforce_the_schema_alike(helm_name):
+    """The schema's patterns are RE2 (Go) as well as Python regexes, and Helm 3's draft-07
+    validator reads them as Helm 4's does: each helm, with the chart's schema, refuses
+    every hostile case (by the schema or a render rule) and takes every valid one."""
+    for case, values in VALID.items():
+        assert not helm_refuses(helm_name, values), case
+    for case, values in {**HOSTILE, **QUERY_INJECTION}.items():
+        assert helm_refuses(helm_name, values), case
