@@ -173,6 +173,8 @@ CODES = {
               "and no toleration of the remediation taint"),
     "GV031": ("an image tagged latest (it changes under a running release)",
               "pin a version tag or a digest (image.digest: sha256:...)"),
+    "GV032": ("a hugepages or extended resource requested without an equal limit",
+              "set the limit equal to the request (the API server does not overcommit them)"),
     "GV100": ("bad input", "fix the value the message names"),
 }
 

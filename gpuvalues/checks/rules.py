@@ -511,6 +511,15 @@ def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded 
                 hint="rename the adapter")
         seen.add(name)
 
+    # GV032: hugepages and extended resources are never overcommitted: the API server
+    # refuses a request without an equal limit (validateResourceRequirements).
+    for key in sorted(k for k in requests if str(k).startswith("hugepages-")
+                      or ("/" in str(k) and not str(k).startswith("nvidia.com/"))):
+        if str(limits.get(key)) != str(requests[key]):
+            add("GV032", f"{key}: request {requests[key]} needs an equal limit (got "
+                f"{limits.get(key)}): the API server does not overcommit it", "resources",
+                "requests", key, hint=f"set resources.limits.{key}: {requests[key]}")
+
     # The target version must be one whose API schemas are bundled (gpuvalues.kube).
     if ctx.kube_version and unsupported_kube_version(ctx.kube_version):
         add("GV000", unsupported_kube_version(ctx.kube_version), hint="target a version "

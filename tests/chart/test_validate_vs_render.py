@@ -96,6 +96,12 @@ def api_server_errors(obj: dict) -> list[str]:
                 for r in (c.get("resources") or {}).get(part, {}) or {}:
                     if not resource_name_ok(r):
                         out.append(f"{where}/{c['name']}: resources.{part}.{r}")
+            # validateResourceRequirements: hugepages and extended resources are not
+            # overcommitted: a request needs a limit, and the two equal.
+            res = c.get("resources") or {}
+            for r, q in (res.get("requests") or {}).items():
+                if (r.startswith("hugepages-") or "/" in r) and str((res.get("limits") or {}).get(r)) != str(q):
+                    out.append(f"{where}/{c['name']}: resources.requests.{r} without an equal limit")
         for c in pod.get("initContainers", []) + pod.get("containers", []):
             # validateLocalDescendingPath: a subPath is relative and has no '..' element
             for m in c.get("volumeMounts", []):
@@ -190,6 +196,9 @@ HOSTILE = {
     "node-selector-value": {"nodeSelector": {"pool": "a b"}},
     "service-monitor-label": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube prometheus"}}},
     "fullname-digit": {"fullnameOverride": "1llm"},
+    "hugepages-request-only": {"resources": {"requests": {"hugepages-2Mi": "1Gi"}}},
+    "extended-request-above-limit": {"resources": {"requests": {"example.com/foo": "2"},
+                                                   "limits": {"example.com/foo": "1"}}},
     "subpath-absolute": {"model": {"source": "pvc", "pvc": {"claimName": "w", "subPath": "/etc"}}},
     "subpath-dotdot": {"model": {"source": "pvc", "pvc": {"claimName": "w", "subPath": "a/../../b"}}},
 }
@@ -204,7 +213,7 @@ VALID = {
     "labels": {"podLabels": {"example.com/team": "ml-serving", "tier": "A.1_b"},
                "commonLabels": {"empty": ""}, "nodeSelector": {"nvidia.com/gpu.present": "true"}},
     "resources": {"resources": {"requests": {"cpu": "2", "memory": "8Gi", "hugepages-2Mi": "1Gi"},
-                                "limits": {"memory": "8Gi", "example.com/foo": "1"}}},
+                                "limits": {"memory": "8Gi", "hugepages-2Mi": "1Gi", "example.com/foo": "1"}}},
     "model-path-pvc": {"model": {"name": "models/llama/v1.2", "source": "pvc",
                                  "pvc": {"claimName": "weights"}}},
     "digest-and-tag": {"server": {"image": {"tag": "v0.9.1", "digest": "sha256:" + "a" * 64}}},
