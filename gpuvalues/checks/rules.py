@@ -512,9 +512,10 @@ def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded 
         seen.add(name)
 
     # GV032: hugepages and extended resources are never overcommitted: the API server
-    # refuses a request without an equal limit (validateResourceRequirements).
+    # refuses a request without an equal limit (validateResourceRequirements); the chart
+    # refuses it at render too (templates/validation.yaml).
     for key in sorted(k for k in requests if str(k).startswith("hugepages-")
-                      or ("/" in str(k) and not str(k).startswith("nvidia.com/"))):
+                      or ("/" in str(k) and not str(k).startswith(("nvidia.com/", "gpu.nvidia.com")))):
         if str(limits.get(key)) != str(requests[key]):
             add("GV032", f"{key}: request {requests[key]} needs an equal limit (got "
                 f"{limits.get(key)}): the API server does not overcommit it", "resources",
