@@ -86,9 +86,11 @@ class Replan:
     node_configs: Mapping[str, str | None]   # None: an unlisted node left unconfigured
     previous_configs: Mapping[str, str | None]
     changes_by_pool: Mapping[str, int]
-    optimal: bool
+    optimal: bool                  # both minima proven: each objective meets its certified bound
     solve_seconds: float
     warnings: tuple[str, ...] = ()
+    gpus_bound: float = 0.0        # certified lower bound on GPUs (`milp.certify`)
+    changes_bound: float = 0.0     # certified lower bound on node changes with GPUs <= found + slack
 
     def to_dict(self) -> dict:
         """Plain data for JSON/YAML output."""
@@ -97,6 +99,7 @@ class Replan:
             "gpus_lp_bound": round(self.gpus_lp_bound, 3),
             "nodes_changed": len(self.nodes_changed), "nodes_drained": len(self.nodes_drained),
             "changes_lp_bound": round(self.changes_lp_bound, 3),
+            "gpus_bound": self.gpus_bound, "changes_bound": self.changes_bound,
             "pods_displaced": self.pods_displaced, "pods_estimated": self.pods_estimated,
             "optimal": self.optimal, "solve_seconds": round(self.solve_seconds, 4),
             "changes_by_pool": dict(self.changes_by_pool),
@@ -168,9 +171,12 @@ def _groups(model, current: CurrentLayout) -> list[list[_Group]]:
 
 def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node_changes, max_unavailable,
           integer: bool, time_limit: float, start: np.ndarray | None = None,
-          fix_keep: Mapping[tuple[int, int], int] | None = None, feasibility: bool = False):
+          fix_keep: Mapping[tuple[int, int], int] | None = None, feasibility: bool = False,
+          lp_bound: float | None = None):
     """Build and solve one stage; returns (status, objective, solution, columns, current keys,
-    bound). `start`: a warm start; `fix_keep`: pin keep[k,g]; `feasibility`: any solution."""
+    certificate). The objective is the LP's value for an LP, else the certificate's (recomputed
+    from the solution; `milp.certify`, with `lp_bound` as a bound that holds). `start`: a warm
+    start; `fix_keep`: pin keep[k,g]; `feasibility`: any solution."""
     cols: list[tuple] = []
     cur_keys: list[list[tuple]] = []
     for k, keys in enumerate(model.layouts):
@@ -241,10 +247,15 @@ def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node
         offset = 0.0
     lp = rows.lp(cost, lower, upper, integer=integer, offset=offset)
     # both objectives are integers: an absolute gap under 1 proves the optimum
-    status, info, sol = milp.run_highs(lp, integer=integer, time_limit=time_limit, rel_gap=0.0,
-                                       abs_gap=0.999, start=start)
-    bound = float(info.mip_dual_bound) if integer else float(info.objective_function_value)
-    return status, float(info.objective_function_value), sol, cols, cur_keys, bound
+    status, info, sol, cert = milp.run_highs(lp, integer=integer, time_limit=time_limit, rel_gap=0.0,
+                                             abs_gap=0.999, start=start, lp_bound=None if feasibility else lp_bound)
+    if integer:
+        if cert is None:
+            sol = None   # no solution, or one that breaks a row
+        value = cert.objective if cert is not None else math.inf
+    else:
+        value = float(info.objective_function_value)
+    return status, value, sol, cols, cur_keys, cert
 
 
 def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.NodePool], current: CurrentLayout, *,
@@ -282,27 +293,30 @@ def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.NodePool], 
             status, _, psol, pcols, _, _, extra = res
             pidx = {c: i for i, c in enumerate(pcols)}
             sol1 = np.array([psol[pidx[c]] if c in pidx else 0.0 for c in cols1])
-            g1, st1, cols, cur_keys = extra["objective"], status, cols1, keys1
+            g1, b1, proven1, cols, cur_keys = extra["objective"], extra["bound"], extra["optimal"], cols1, keys1
     if sol1 is None:
-        st1, g1, sol1, cols, cur_keys, b1 = _milp(model, demands, groups, stage=1, gpu_cap=None, integer=True,
-                                                  time_limit=left(), **budgets)
+        st1, g1, sol1, cols, cur_keys, cert1 = _milp(model, demands, groups, stage=1, gpu_cap=None, integer=True,
+                                                     time_limit=left(), lp_bound=lp1, **budgets)
+        if cert1 is not None:
+            b1, proven1 = cert1.bound, cert1.optimal
     if sol1 is None:
-        if st1 == highspy.HighsModelStatus.kTimeLimit:
+        if st1 in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kOptimal):
             raise PlanError(f"no re-plan found within the time limit ({time_limit:g} s): raise it", field="time_limit")
         raise _budget_error(model, demands, groups, max_node_changes, max_unavailable_per_pool)
+    # the fewest GPUs found (recomputed from its solution, so the cap below admits that solution)
     gpus_opt = int(round(g1))
     cap = gpus_opt + gpu_slack
-    _, lp2, lp2_sol, cols, _, _ = _milp(model, demands, groups, stage=2, gpu_cap=cap, integer=False,
-                                        time_limit=max(left(), 1e-3), **budgets)
+    st_lp2, lp2, lp2_sol, cols, _, _ = _milp(model, demands, groups, stage=2, gpu_cap=cap, integer=False,
+                                             time_limit=max(left(), 1e-3), **budgets)
+    if st_lp2 != highspy.HighsModelStatus.kOptimal:
+        lp2, lp2_sol = 0.0, None
     start = _stage2_start(model, demands, groups, lp2_sol, cols, cap, budgets, left) if lp2_sol is not None else None
-    st2, c2, sol2, cols, cur_keys, b2 = _milp(model, demands, groups, stage=2, gpu_cap=cap, integer=True,
-                                              time_limit=max(left(), 1e-3), start=start, **budgets)
-    optimal = st1 == highspy.HighsModelStatus.kOptimal and st2 == highspy.HighsModelStatus.kOptimal
+    st2, c2, sol2, cols, cur_keys, cert2 = _milp(model, demands, groups, stage=2, gpu_cap=cap, integer=True,
+                                                 time_limit=max(left(), 1e-3), start=start, lp_bound=lp2, **budgets)
     sol = sol2 if sol2 is not None else sol1
-    warnings = [] if optimal else [f"solver stopped at the time limit ({time_limit:g} s); the re-plan is valid but "
-                                   "may not be minimal"]
-    return _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, optimal,
-                   time.perf_counter() - t0, warnings)
+    b2 = cert2.bound if cert2 is not None else float(math.ceil(lp2 - 1e-6))
+    return _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, (b1, proven1), b2,
+                   time.perf_counter() - t0, left() <= 0, time_limit)
 
 
 def _stage2_start(model, demands, groups, lp_sol, cols, cap, budgets, left) -> np.ndarray | None:
@@ -328,9 +342,12 @@ def _budget_error(model, demands, groups, max_node_changes, max_unavailable) -> 
     if free != highspy.HighsModelStatus.kOptimal:
         return milp._diagnose(model, demands, [1.0] * len(model.pools))
     # the fewest changes with no GPU objective: what the budget would have to allow
-    st, need, _, _, _, _ = _milp(model, demands, groups, stage=2, gpu_cap=highspy.kHighsInf, integer=True,
-                                 time_limit=30.0, max_node_changes=None, max_unavailable=None)
-    need_txt = f"at least {int(round(need))} node changes" if st == highspy.HighsModelStatus.kOptimal else "more changes"
+    _, lp_need, _, _, _, _ = _milp(model, demands, groups, stage=2, gpu_cap=highspy.kHighsInf, integer=False,
+                                   time_limit=30.0, max_node_changes=None, max_unavailable=None)
+    _, _, _, _, _, cert = _milp(model, demands, groups, stage=2, gpu_cap=highspy.kHighsInf, integer=True,
+                                time_limit=30.0, max_node_changes=None, max_unavailable=None, lp_bound=lp_need)
+    # a certified bound, never the solver's word: "at least" is what the bound proves
+    need_txt = f"at least {int(cert.bound)} node changes" if cert is not None and cert.bound > 0 else "more changes"
     names = []
     if max_node_changes is not None:
         names.append(f"--max-node-changes {max_node_changes}")
@@ -340,7 +357,8 @@ def _budget_error(model, demands, groups, max_node_changes, max_unavailable) -> 
                      f"{need_txt} in total. Raise the budget or lower replicas/throughput", field="max_node_changes")
 
 
-def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, optimal, secs, warnings) -> Replan:
+def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpus_cert, changes_bound, secs,
+            timed_out, time_limit) -> Replan:
     val = {c: int(round(v)) for c, v in zip(cols, sol) if round(v) > 0}
     x = {(c[1], c[2]): v for c, v in val.items() if c[0] == "x"}
     z = {(c[1], c[2], c[3]): v for c, v in val.items() if c[0] == "z"}
@@ -451,12 +469,28 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, opt
     mig_cfg = {n: d for n, d in node_cfg.items() if any(dd is not None for dd in d)} or None
     mp = migparted.build_mig_parted_config(mig_cfg) if mig_cfg else None
     gpus_used = sum(p.gpus_used for p in pool_plans)
+    # both objectives certified on what is returned: the GPUs (stage 1's solution, recomputed)
+    # against their bound, and the nodes this result changes against the changes' bound
+    gpus_bound, gpus_proven = gpus_cert
+    changes_proven = len(changed) <= changes_bound + 1e-9
+    optimal = gpus_proven and changes_proven
+    warnings = []
+    why = f"the solver stopped at the time limit ({time_limit:g} s)" if timed_out else \
+        "the solver's claim did not check out against its solution, also solved again cold"
+    if not gpus_proven:
+        warnings.append(f"fewest GPUs not proven: {gpus_opt} found, bound {gpus_bound:g} "
+                        f"(gap {(gpus_opt - gpus_bound) / max(gpus_opt, 1):.2%}): {why}; the re-plan is valid")
+    if not changes_proven:
+        warnings.append(f"fewest node changes not proven: {len(changed)} changed, bound {changes_bound:g}: {why}; "
+                        "the re-plan is valid")
+    gap = 0.0 if gpus_proven or gpus_used == 0 else max(0.0, (gpus_used - gpus_bound) / gpus_used)
     new_plan = milp.Plan(objective="gpus", pools=tuple(pool_plans), gpus_used=gpus_used, cost=float(gpus_used),
-                         lp_bound=lp1, mip_bound=float(gpus_opt), gap=0.0 if optimal else float("nan"),
+                         lp_bound=lp1, mip_bound=float(gpus_bound), gap=gap,
                          optimal=optimal, solve_seconds=secs, served=served, baselines=(),
                          warnings=tuple(warnings + milp._warnings(model, demands)), mig_parted_config=mp,
                          node_labels=labels, device_plugin_configs=dp_configs)
     return Replan(plan=new_plan, gpus_used=gpus_used, gpus_optimum=gpus_opt, gpus_lp_bound=lp1,
                   nodes_changed=tuple(sorted(changed)), nodes_drained=tuple(sorted(drained)), changes_lp_bound=lp2, pods_displaced=pods,
                   pods_estimated=estimated, node_configs=node_configs, previous_configs=prev,
-                  changes_by_pool=by_pool, optimal=optimal, solve_seconds=secs, warnings=tuple(warnings))
+                  changes_by_pool=by_pool, optimal=optimal, solve_seconds=secs, warnings=tuple(warnings),
+                  gpus_bound=float(gpus_bound), changes_bound=float(changes_bound))
