@@ -1153,8 +1153,10 @@ def _baselines(demands, pools, costs, deadline: float | None = None) -> list[Bas
     without pool capacities so it still reports how many GPUs it would take. All share what is
     left of the plan's time limit (`deadline`, perf_counter seconds)."""
     out = []
-    # a baseline is another layout strategy: the fleet's pinned profiles do not bind it
-    demands = [ModelDemand(d.name, d.replicas, d.throughput, d.throughput_per_instance, d.memory_gb,
+    # a baseline is another layout strategy: the fleet's pinned profiles do not bind it, but the
+    # memory they hold does (the plan's memory rule: the fleet pins the smallest profile that
+    # holds the need with its headroom, so no smaller instance may serve it in a baseline either)
+    demands = [ModelDemand(d.name, d.replicas, d.throughput, d.throughput_per_instance, _pinned_memory_gb(d, pools),
                            d.excluded_profiles, None, d.pools) for d in demands]
     for name, rule, note in BASELINES:
         left = 30.0 if deadline is None else deadline - time.perf_counter()
@@ -1192,10 +1194,28 @@ def _baselines(demands, pools, costs, deadline: float | None = None) -> list[Bas
     return out
 
 
+def _pinned_memory_gb(d: ModelDemand, pools: Sequence[NodePool]) -> float | None:
+    """A demand's memory need as the plan applies it: its own `memory_gb`, raised to the usable
+    memory of the smallest profile it is pinned to (`allowed_profiles`) on the pools it may use."""
+    if d.allowed_profiles is None:
+        return d.memory_gb
+    held = []
+    for p in pools:
+        if d.pools is not None and p.name not in d.pools:
+            continue
+        gpu = get_gpu(p.gpu)
+        for name in d.allowed_profiles:
+            if gpu.mig is not None and name in gpu.profile_names:
+                held.append(gpu.profile(name).memory_gib)
+    if not held:
+        return d.memory_gb
+    return max(d.memory_gb or 0.0, min(held) / GIB_PER_GB)
+
+
 def _whole_demand(d: ModelDemand, pools: Sequence[NodePool]) -> ModelDemand:
     if d.throughput is None:
         return d
-    tpi = dict(d.throughput_per_instance)
+    tpi = dict(d.throughput_per_instance)   # the demand keeps its pools: a baseline moves no model
     for p in pools:
         gpu = get_gpu(p.gpu)
         full = gpu.full_profile
@@ -1207,7 +1227,7 @@ def _whole_demand(d: ModelDemand, pools: Sequence[NodePool]) -> ModelDemand:
             if t is not None:
                 tpi[f"{gpu.name}/{WHOLE}"] = t
     return ModelDemand(d.name, d.replicas, d.throughput, tpi, d.memory_gb,
-                       tuple(x for x in d.excluded_profiles if x != WHOLE), None)
+                       tuple(x for x in d.excluded_profiles if x != WHOLE), None, d.pools)
 
 
 def sharing_plan(demands: Sequence[ModelDemand], gpu: str, mode: str, *, gpus: int, gpus_per_node: int = 8,

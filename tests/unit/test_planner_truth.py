@@ -260,3 +260,56 @@ def test_the_comparison_catches_wrong_answers():
     assert replan_disagreements(rwant, replace(r, changes_bound=1.0), 0)      # a bound above the optimum
     # and the reference itself sees a changed demand: 4g.24gb twice needs the other node changed
     assert R.replan_optimum([ModelDemand("m", replicas=2, memory_gb=20)], pools, nodes) == (2, 1)
+
+
+# --------------------------------------------------------------------------- baselines
+
+@st.composite
+def pinned_fleets(draw):
+    """MIG pools and replica demands pinned as the fleet pins them: each to one profile of its
+    pool that holds its memory (the smallest, or the user's `sharing.migProfile`)."""
+    pools = [NodePool(f"p{i}", draw(st.sampled_from(GPUS)), draw(st.integers(1, 4)), draw(st.integers(1, 3)))
+             for i in range(draw(st.integers(1, 2)))]
+    demands = []
+    for j in range(draw(st.integers(1, 4))):
+        pool = draw(st.sampled_from(pools))
+        gpu = get_gpu(pool.gpu)
+        mem = draw(st.sampled_from(MEMS[pool.gpu]))
+        held = [p for p in gpu.mig.profiles if p.is_base and p.memory_gib >= mem * float(R.GIB_PER_GB)]
+        if not held:
+            continue
+        pin = draw(st.sampled_from(held))
+        demands.append(ModelDemand(f"m{j}", replicas=draw(st.integers(0, 6)), memory_gb=mem,
+                                   allowed_profiles=(pin.name,), pools=(pool.name,)))
+    return pools, demands or [ModelDemand("m", replicas=1, memory_gb=5, pools=(pools[0].name,))]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(case=pinned_fleets())
+def test_plan_is_never_worse_than_a_baseline(case):
+    pools, demands = case
+    try:
+        p = plan(demands, pools)
+    except PlanError:
+        return
+    for b in p.baselines:
+        if b.gpus is not None:
+            assert p.gpus_used <= b.gpus, (b, p.gpus_used)
+
+
+def test_a_baseline_does_not_fit_memory_more_loosely_than_the_plan():
+    """A 5 GB model pinned to 2g.20gb (sharing.migProfile): 55d8461's all-1g baseline put it
+    on 1g.10gb instances (2 GPUs) and "beat" the plan's 4; with the plan's memory rule it fits
+    no 1g instance and gets whole GPUs."""
+    pools = [NodePool("a100", "A100-80GB", 4, 2)]
+    dem = [ModelDemand("small", replicas=12, memory_gb=5, allowed_profiles=("2g.20gb",), pools=("a100",))]
+    p = plan(dem, pools)
+    got = {b.name: b.gpus for b in p.baselines}
+    assert p.gpus_used == 4 == R.fewest_gpus(dem, pools)
+    assert got["all-1g"] == 12 and got["all-balanced"] == 6 and got["whole-gpu"] == 12
+    # the whole-GPU baseline keeps a model's pools: pinned to the small pool, it is short there
+    pools2 = [NodePool("a", "A100-80GB", 1, 1), NodePool("b", "A100-80GB", 8, 1)]
+    p2 = plan([ModelDemand("m", throughput=3, throughput_per_instance={"1g.10gb": 1, "gpu": 1}, memory_gb=5,
+                           pools=("a",))], pools2)
+    whole = next(b for b in p2.baselines if b.name == "whole-gpu")
+    assert whole.gpus == 3 and "more than the inventory" in whole.note
