@@ -313,3 +313,24 @@ def test_a_baseline_does_not_fit_memory_more_loosely_than_the_plan():
                            pools=("a",))], pools2)
     whole = next(b for b in p2.baselines if b.name == "whole-gpu")
     assert whole.gpus == 3 and "more than the inventory" in whole.note
+
+
+# --------------------------------------------------------------------------- README's bench tables
+
+def test_bench_tables_are_written_between_markers_only(tmp_path):
+    """README's planner tables are the bench's (`--write-readme`): the three sections exist,
+    and writing one replaces only what is between its markers."""
+    import importlib.util
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("benchlib", root / "bench" / "benchlib.py")
+    benchlib = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchlib)
+    text = (root / "README.md").read_text()
+    for name in ("planner", "planner-at-scale", "replan"):
+        assert text.count(f"<!-- bench:{name} -->\n") == 1
+    doc = tmp_path / "README.md"
+    doc.write_text("a\n<!-- bench:t -->\n| old |\n<!-- /bench -->\nb <!-- /bench -->\n")
+    benchlib.readme_section("t", "| new |\n|---|\n", doc)
+    assert doc.read_text() == "a\n<!-- bench:t -->\n| new |\n|---|\n<!-- /bench -->\nb <!-- /bench -->\n"
+    with pytest.raises(SystemExit):
+        benchlib.readme_section("missing", "x", doc)
