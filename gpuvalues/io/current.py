@@ -69,7 +69,8 @@ def _pool_of(loaded, path, name, explicit, labels, by_name):
     if pool is None:
         raise _err(loaded, path, f"node {name!r}: say its pool (`pool:` or the {CONFIG_LABEL} label)")
     if pool not in by_name:
-        raise _err(loaded, path, f"node {name!r}: pool {pool!r} is not in the spec (pools: {', '.join(by_name)})")
+        raise _err(loaded, path, f"node {name!r}: pool {pool!r} is not a node pool of the spec "
+                                 f"(cluster.nodePools: {', '.join(by_name)})")
     return by_name[pool]
 
 
@@ -192,7 +193,9 @@ def replanned(spec_path: str | Path, current_path: str | Path, *, gpu_slack: int
 
     The demand is the fleet's own MIG solve (`Fleet.layout.plan`, computed once by
     `gpuvalues.fleet`): each MIG workload pinned to its profile and pool, with the replicas
-    that solve serves, on the MIG pools' nodes it laid out."""
+    that solve serves, on every MIG pool of the spec (one left with no MIG workload keeps its
+    nodes as they are) with the nodes whole-GPU and tensor-parallel replicas leave; listed
+    nodes of those replicas and of pools without MIG are left alone, said in the notes."""
     from gpuvalues.pipeline import fleet_of
     from gpuvalues.planners import milp
 
@@ -200,14 +203,75 @@ def replanned(spec_path: str | Path, current_path: str | Path, *, gpu_slack: int
     plan = fleet.layout.plan
     if plan is None:
         raise PlanError("the spec has no MIG workload on a MIG pool: nothing to re-plan", source=str(spec_path))
-    pools = [pp.pool for pp in plan.pools]
+    pools, held = _mig_pools(fleet)
     demands = [milp.ModelDemand(p.workload, replicas=int(round(plan.served.get(p.workload, 0))),
                                 allowed_profiles=(p.mig_profile,), pools=(p.pool.name,))
                for p in fleet.placements if p.mode == "mig" and p.workload in plan.served]
-    current = load_current(current_path, pools)
+    spec_pools = {p.name: p for p in fleet.spec.node_pools}
+    current = load_current(current_path, list(spec_pools.values()))
+    current, notes = _mig_part(current, pools, held, spec_pools)
     result = milp.replan(demands, pools, current, gpu_slack=gpu_slack, max_node_changes=max_node_changes,
                          max_unavailable_per_pool=max_unavailable_per_pool, time_limit=time_limit)
-    return result, list(fleet.decisions)
+    return result, list(fleet.decisions) + notes
+
+
+def _mig_pools(fleet) -> tuple[list, dict[str, int]]:
+    """The spec's MIG pools as the re-plan sees them: every MIG-managed pool, also one whose
+    MIG workloads were all removed (its nodes may keep their layout), each with the nodes left
+    for MIG; and per pool the nodes whole-GPU and tensor-parallel replicas hold."""
+    from gpuvalues.catalog import get_gpu as gpu_of
+    from gpuvalues.planners import milp
+
+    planned = {pp.pool.name: pp.pool for pp in fleet.layout.plan.pools}
+    pools, held = [], {}
+    for p in fleet.spec.node_pools:
+        whole = sum(g.nodes for g in fleet.layout.groups_of(p.name) if g.workloads
+                    and (g.mig_devices is None or all(d is None for d in g.mig_devices)))
+        if p.name in planned:
+            pools.append(planned[p.name])
+            held[p.name] = p.nodes - planned[p.name].nodes
+        elif p.mig and gpu_of(p.gpu).mig is not None and p.nodes - whole > 0 and not any(
+                pl.mode == "dra" for pl in fleet.placements if pl.pool.name == p.name):
+            pools.append(milp.NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes - whole, mig_enabled=True,
+                                       price_per_gpu=p.price_per_gpu_hour))
+            held[p.name] = whole
+    return pools, held
+
+
+def _mig_part(current: CurrentLayout, pools, held: Mapping[str, int], spec_pools) -> tuple[CurrentLayout, list]:
+    """The part of the current layout the MIG re-plan changes: nodes of pools that run no MIG
+    are left alone, and in a pool whose whole-GPU / tensor-parallel replicas hold some nodes,
+    up to that many listed nodes with MIG off are theirs (left alone too). Said in notes."""
+    mig = {p.name: p for p in pools}
+    keep, notes = [], []
+    aside: dict[str, list[str]] = {}
+    for node in current.nodes:
+        if node.pool not in mig:
+            aside.setdefault(node.pool, []).append(node.name)
+            continue
+        keep.append(node)
+    for pool, names in sorted(aside.items()):
+        notes.append(f"pool {pool} runs no MIG: its listed nodes ({', '.join(names)}) are left alone")
+    out = []
+    index = {name: i for i, name in enumerate(spec_pools)}
+    for name, pool in mig.items():
+        mine = [n for n in keep if n.pool == name]
+        off = sorted((n for n in mine if all(g is None for g in n.gpus)), key=lambda n: n.name)
+        tp = off[:held.get(name, 0)]
+        if tp:
+            notes.append(f"pool {name}: {len(tp)} listed node(s) with MIG off serve whole-GPU/tensor-parallel "
+                         f"replicas and are left alone ({', '.join(n.name for n in tp)})")
+        rest = [n for n in mine if n not in tp]
+        if len(rest) > pool.nodes:
+            total = spec_pools[name].nodes
+            raise PlanError(f"the current layout lists {len(rest) + len(tp)} nodes of pool {name!r}, but the spec "
+                            f"gives it {total} (cluster.nodePools[{index[name]}].nodes)"
+                            + (f", {held[name]} of them for whole-GPU/tensor-parallel replicas: at most "
+                               f"{pool.nodes} may run MIG" if held.get(name) else "")
+                            + "; fix the spec's node count or the current layout", source=current.source,
+                            field="nodes")
+        out += rest
+    return CurrentLayout(tuple(out), source=current.source), notes
 
 
 def replan_table(d: Mapping) -> str:
@@ -219,6 +283,8 @@ def replan_table(d: Mapping) -> str:
     if d["changes"]:
         lines.append("changes:")
         lines += [f"  {c['node']}: {c['from'] or '(unconfigured)'} -> {c['to']}" for c in d["changes"]]
+    for u in d.get("unlisted_changes", ()):
+        lines.append(f"  {u['nodes']} unlisted node(s) of pool {u['pool']}: (unconfigured) -> {u['to']}")
     for w in d["warnings"]:
         lines.append(f"warning: {w}")
     return "\n".join(lines) + "\n"

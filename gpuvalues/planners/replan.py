@@ -15,9 +15,12 @@ current layout added, node by node:
 
 Lexicographic: first the fewest GPUs (sum x + y; identical to `plan`'s optimum when no
 budget binds, since a changed node can take any layout), then, with GPUs <= that optimum +
-`gpu_slack`, the fewest changed nodes. Both LP relaxations are reported as bounds. Nodes a
-pool has but the current layout does not list are unconfigured: configuring one is a change
-(it gets a label), but it displaces no pods.
+`gpu_slack`, the fewest changed nodes. Both LP relaxations are reported as bounds, and
+both objectives are certified (`milp.certify`: recomputed from the solution returned, proven
+only against a bound that holds; else the true gap is reported and said). Nodes a pool has
+but the current layout does not list are unconfigured: configuring one is a change (it gets
+a label), but it displaces no pods; they are counted per pool and config
+(`Replan.unlisted_changes`), never given names that `rollout` would act on.
 
 Public API (frozen dataclasses, pure):
 - `CurrentNode(name, pool, config, gpus, pods=None)`: `gpus[i]` is GPU i's mig-devices
@@ -44,6 +47,11 @@ from gpuvalues.catalog import get_gpu
 from gpuvalues.errors import PlanError
 from gpuvalues.planners import deviceplugin, mig, migparted
 from gpuvalues.planners import milp
+
+
+# the budgets in the CLI's words (errors name what the user typed, not the parameter)
+FLAGS = {"gpu_slack": "--gpu-slack", "max_node_changes": "--max-node-changes",
+         "max_unavailable_per_pool": "--max-unavailable-per-pool"}
 
 
 @dataclass(frozen=True)
@@ -91,13 +99,20 @@ class Replan:
     warnings: tuple[str, ...] = ()
     gpus_bound: float = 0.0        # certified lower bound on GPUs (`milp.certify`)
     changes_bound: float = 0.0     # certified lower bound on node changes with GPUs <= found + slack
+    # nodes of a pool the current layout does not list that need a config: pool -> config -> count
+    unlisted_changes: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+    @property
+    def changes_count(self) -> int:
+        """Nodes changed: the named ones and the unlisted ones that need a config."""
+        return len(self.nodes_changed) + sum(sum(c.values()) for c in self.unlisted_changes.values())
 
     def to_dict(self) -> dict:
         """Plain data for JSON/YAML output."""
         return {
             "gpus_used": self.gpus_used, "gpus_optimum": self.gpus_optimum,
             "gpus_lp_bound": round(self.gpus_lp_bound, 3),
-            "nodes_changed": len(self.nodes_changed), "nodes_drained": len(self.nodes_drained),
+            "nodes_changed": self.changes_count, "nodes_drained": len(self.nodes_drained),
             "changes_lp_bound": round(self.changes_lp_bound, 3),
             "gpus_bound": self.gpus_bound, "changes_bound": self.changes_bound,
             "pods_displaced": self.pods_displaced, "pods_estimated": self.pods_estimated,
@@ -106,6 +121,8 @@ class Replan:
             "changes": [{"node": n, "from": self.previous_configs.get(n), "to": self.node_configs[n]}
                         for n in self.nodes_changed],
             "node_configs": dict(sorted(self.node_configs.items())),
+            "unlisted_changes": [{"pool": p, "nodes": n, "to": c} for p, cs in sorted(self.unlisted_changes.items())
+                                 for c, n in sorted(cs.items())],
             "warnings": list(self.warnings),
             "plan": self.plan.to_dict(),
         }
@@ -154,10 +171,10 @@ def _groups(model, current: CurrentLayout) -> list[list[_Group]]:
         groups = list(by_pool[k].values())
         listed = sum(len(g.nodes) for g in groups)
         if listed > pool.nodes:
-            raise PlanError(f"current layout lists {listed} nodes in pool {pool.name!r}, which has {pool.nodes}",
-                            source=current.source, field=f"pools.{pool.name}.nodes")
-        if listed < pool.nodes:   # the pool's other nodes have no config yet
-            placeholder = [CurrentNode(f"{pool.name}-unlisted-{i + 1}", pool.name, None,
+            raise PlanError(f"current layout lists {listed} nodes in pool {pool.name!r}, which has {pool.nodes} "
+                            "for MIG", source=current.source, field="nodes")
+        if listed < pool.nodes:   # the pool's other nodes have no config yet: counted, never named
+            placeholder = [CurrentNode(f"<unlisted {pool.name} {i + 1}>", pool.name, None,
                                        (None,) * pool.gpus_per_node, 0) for i in range(pool.nodes - listed)]
             groups.append(_Group(k, (None,) * pool.gpus_per_node, None, placeholder, Counter(), listed=False))
         for g in groups:
@@ -267,7 +284,7 @@ def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.NodePool], 
     for name, v in (("gpu_slack", gpu_slack), ("max_node_changes", max_node_changes),
                     ("max_unavailable_per_pool", max_unavailable_per_pool)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-            raise PlanError(f"{name} must be a non-negative integer, got {v!r}", field=name)
+            raise PlanError(f"{FLAGS[name]} must be a non-negative integer, got {v!r}", field=FLAGS[name])
     if not time_limit > 0:
         raise PlanError(f"time limit must be > 0 seconds, got {time_limit!r}", field="time_limit")
     t0 = time.perf_counter()
@@ -354,7 +371,8 @@ def _budget_error(model, demands, groups, max_node_changes, max_unavailable) -> 
     if max_unavailable is not None:
         names.append(f"--max-unavailable-per-pool {max_unavailable}")
     return PlanError(f"no re-plan fits the drain budget ({', '.join(names)}): serving the new demand needs "
-                     f"{need_txt} in total. Raise the budget or lower replicas/throughput", field="max_node_changes")
+                     f"{need_txt} in total. Raise the budget or lower replicas/throughput",
+                     field=FLAGS["max_node_changes" if max_node_changes is not None else "max_unavailable_per_pool"])
 
 
 def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpus_cert, changes_bound, secs,
@@ -367,6 +385,7 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
     dp_configs: dict[str, dict] = {}
     pods, estimated = 0, False
     by_pool: dict[str, int] = {}
+    unlisted: dict[str, Counter] = {}   # pool -> new config -> unlisted nodes that need it
     used_names = {g.config for gs in groups for g in gs if g.config}
     for k, pool in enumerate(model.pools):
         gpu = get_gpu(pool.gpu)
@@ -411,7 +430,9 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
         chunks += [(None,) * pool.gpus_per_node] * (len(changing) - len(chunks))
         sig_names = {g.signature: g.config for g in groups[k] if g.config and g.listed}
         for (nd, g) in kept_nodes:
-            # an unlisted node left alone stays unconfigured (None); whole/shared pools need no MIG config
+            if not g.listed:   # an unlisted node left alone: nothing to say about it
+                continue
+            # whole/shared pools need no MIG config
             name = g.config or (pool.name if mode != "mig" else None)
             node_configs[nd.name] = name
             prev[nd.name] = nd.config
@@ -431,6 +452,10 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
                 used_names.add(name)
                 sig_names[sig] = name
             node_cfg[name] = mig_devs
+            if not g.listed:   # counted per pool and config; only the user can name these nodes
+                unlisted.setdefault(pool.name, Counter())[name] += 1
+                by_pool[pool.name] = by_pool.get(pool.name, 0) + 1
+                continue
             node_configs[nd.name] = name
             prev[nd.name] = nd.config
             if name != nd.config or sig != nd.signature:
@@ -445,7 +470,9 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
                     pods += nd.pods
         # node groups for the plan
         ncount = Counter((node_configs[nd.name],) for nd, _ in kept_nodes + changing
-                         if node_configs[nd.name] is not None)
+                         if node_configs.get(nd.name) is not None)
+        for name, n in unlisted.get(pool.name, {}).items():
+            ncount[(name,)] += n
         ngroups = tuple(milp.NodeGroup(pool.name, name, cnt, tuple(
             None if d is None else tuple(sorted(d.items())) for d in node_cfg.get(name, [None] * pool.gpus_per_node)))
             for (name,), cnt in sorted(ncount.items()))
@@ -461,8 +488,7 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
                 if i.model is None:
                     spare[i.profile] += n
         n_gpus = sum(counted.values())
-        pool_plans.append(milp.PoolPlan(pool, mode, n_gpus, sum(1 for nd, _ in kept_nodes + changing
-                                                                 if node_configs[nd.name] is not None),
+        pool_plans.append(milp.PoolPlan(pool, mode, n_gpus, sum(ncount.values()),
                                         gpu_groups, ngroups, dict(spare), 0, model.shared_r[k]))
     served = {d.name: float(sum(v * model.weights[(k, it, mm)] for (k, it, mm), v in z.items() if mm == m))
               for m, d in enumerate(demands)}
@@ -472,7 +498,8 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
     # both objectives certified on what is returned: the GPUs (stage 1's solution, recomputed)
     # against their bound, and the nodes this result changes against the changes' bound
     gpus_bound, gpus_proven = gpus_cert
-    changes_proven = len(changed) <= changes_bound + 1e-9
+    n_changes = len(changed) + sum(sum(c.values()) for c in unlisted.values())
+    changes_proven = n_changes <= changes_bound + 1e-9
     optimal = gpus_proven and changes_proven
     warnings = []
     why = f"the solver stopped at the time limit ({time_limit:g} s)" if timed_out else \
@@ -481,8 +508,13 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
         warnings.append(f"fewest GPUs not proven: {gpus_opt} found, bound {gpus_bound:g} "
                         f"(gap {(gpus_opt - gpus_bound) / max(gpus_opt, 1):.2%}): {why}; the re-plan is valid")
     if not changes_proven:
-        warnings.append(f"fewest node changes not proven: {len(changed)} changed, bound {changes_bound:g}: {why}; "
+        warnings.append(f"fewest node changes not proven: {n_changes} changed, bound {changes_bound:g}: {why}; "
                         "the re-plan is valid")
+    for pool_name, cfgs in sorted(unlisted.items()):
+        for name, n in sorted(cfgs.items()):
+            warnings.append(f"pool {pool_name}: {n} node(s) the current layout does not list must get config "
+                            f"{name}: label them {migparted.MIG_CONFIG_LABEL}={name}, or list them in the current "
+                            "layout (rollout changes only the nodes it names)")
     gap = 0.0 if gpus_proven or gpus_used == 0 else max(0.0, (gpus_used - gpus_bound) / gpus_used)
     new_plan = milp.Plan(objective="gpus", pools=tuple(pool_plans), gpus_used=gpus_used, cost=float(gpus_used),
                          lp_bound=lp1, mip_bound=float(gpus_bound), gap=gap,
@@ -493,4 +525,5 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
                   nodes_changed=tuple(sorted(changed)), nodes_drained=tuple(sorted(drained)), changes_lp_bound=lp2, pods_displaced=pods,
                   pods_estimated=estimated, node_configs=node_configs, previous_configs=prev,
                   changes_by_pool=by_pool, optimal=optimal, solve_seconds=secs, warnings=tuple(warnings),
-                  gpus_bound=float(gpus_bound), changes_bound=float(changes_bound))
+                  gpus_bound=float(gpus_bound), changes_bound=float(changes_bound),
+                  unlisted_changes={p: dict(c) for p, c in unlisted.items()})

@@ -101,10 +101,10 @@ def test_recorded_false_claims_are_now_true(case):
     nodes = [(n["pool"], tuple(n["gpus"])) for n in case["current"]]
     assert R.replan_optimum(dem, pools, nodes, **opts) == (want["gpus"], want["changes"])
     r = replan(dem, pools, current_of(case), **opts)
-    assert (r.gpus_optimum, len(r.nodes_changed)) == (want["gpus"], want["changes"])
+    assert (r.gpus_optimum, r.changes_count) == (want["gpus"], want["changes"])
     assert r.optimal and r.gpus_bound == want["gpus"] and r.changes_bound == want["changes"]
     assert r.gpus_used <= want["gpus"] + opts.get("gpu_slack", 0)
-    assert not r.warnings
+    assert not [w for w in r.warnings if "not proven" in w or "time limit" in w]
     for d in dem:
         assert r.plan.served[d.name] >= d.replicas
 
@@ -183,12 +183,12 @@ def replan_disagreements(want: tuple[int, int] | None, got, slack: int) -> list[
         out.append(f"GPU bound {got.gpus_bound} / LP {got.gpus_lp_bound} above the optimum {g}")
     if got.changes_bound > c + 1e-9 or got.changes_lp_bound > c + 1e-6:
         out.append(f"change bound {got.changes_bound} / LP {got.changes_lp_bound} above the optimum {c}")
-    if len(got.nodes_changed) < c:
-        out.append(f"{len(got.nodes_changed)} changes, below the optimum {c}")
-    if got.optimal and (got.gpus_optimum, len(got.nodes_changed)) != (g, c):
-        out.append(f"claims {got.gpus_optimum} GPUs and {len(got.nodes_changed)} changes optimal; the optimum is {want}")
-    if got.optimal and got.warnings:
-        out.append("optimal with a warning")
+    if got.changes_count < c:
+        out.append(f"{got.changes_count} changes, below the optimum {c}")
+    if got.optimal and (got.gpus_optimum, got.changes_count) != (g, c):
+        out.append(f"claims {got.gpus_optimum} GPUs and {got.changes_count} changes optimal; the optimum is {want}")
+    if got.optimal and [w for w in got.warnings if "not proven" in w or "time limit" in w]:
+        out.append("optimal with a warning that it is not")
     return out
 
 
