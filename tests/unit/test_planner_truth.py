@@ -199,7 +199,7 @@ def run_plan(demands, pools):
         return None
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(case=fleets(current=False))
 def test_plan_agrees_with_the_reference(case):
     pools, _, demands = case
@@ -217,7 +217,7 @@ BUDGETS = st.sampled_from([{}, {"gpu_slack": 1}, {"max_node_changes": 0}, {"max_
                            {"gpu_slack": 1, "max_node_changes": 1}, {"gpu_slack": 1, "max_unavailable_per_pool": 1}])
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(case=fleets(current=True), budget=BUDGETS)
 def test_replan_agrees_with_the_reference(case, budget):
     pools, nodes, demands = case
@@ -284,7 +284,7 @@ def pinned_fleets(draw):
     return pools, demands or [ModelDemand("m", replicas=1, memory_gb=5, pools=(pools[0].name,))]
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(case=pinned_fleets())
 def test_plan_is_never_worse_than_a_baseline(case):
     pools, demands = case
