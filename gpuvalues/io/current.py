@@ -276,8 +276,10 @@ def _mig_part(current: CurrentLayout, pools, held: Mapping[str, int], spec_pools
 
 def replan_table(d: Mapping) -> str:
     """The text report of a re-plan (`Replan.to_dict()`)."""
-    lines = [f"GPUs used: {d['gpus_used']} (fewest possible {d['gpus_optimum']}, LP bound {d['gpus_lp_bound']:g})",
-             f"nodes changed: {d['nodes_changed']} (LP bound {d['changes_lp_bound']:g}), "
+    lines = [f"GPUs used: {d['gpus_used']} (fewest found {d['gpus_optimum']}, certified bound {d['gpus_bound']:g}, "
+             f"LP bound {d['gpus_lp_bound']:g})",
+             f"nodes changed: {d['nodes_changed']} (certified bound {d['changes_bound']:g}, LP bound "
+             f"{d['changes_lp_bound']:g}; {'both minima proven' if d['optimal'] else 'not proven minimal'}), "
              f"{d['nodes_drained']} of them drained; pods displaced: "
              f"{d['pods_displaced']}{' (estimated: one per MIG instance)' if d['pods_estimated'] else ''}"]
     if d["changes"]:
