@@ -13,7 +13,10 @@ each pool, instance type p and model m, an integer z[k,p,m] = instances of p ser
 Restricting to maximal layouts loses nothing: any layout is contained in a maximal one,
 and unused instances cost nothing. The model size depends on the number of layouts,
 profiles and models, not on the fleet size (bench/bench_planner.py: 16,384 GPUs < 1 s). HiGHS
-(highspy) solves it; we report the LP-relaxation bound, HiGHS's MIP dual bound and the gap.
+(highspy) solves it; we report the LP-relaxation bound, the MIP bound and the gap, certified
+(`certify`): the objective is recomputed from the solution returned, HiGHS's dual bound counts
+only when its report matches that solution, and a warm-started answer that does not check out
+is solved again cold (`run_highs`); "optimal" means the objective meets a bound that holds.
 
 Pools without MIG (or with MIG disabled) offer whole GPUs (instance type "gpu"); with
 `sharing="time-slicing"|"mps"` they offer R shared slots per GPU (type "shared"), R from
@@ -37,6 +40,8 @@ Public API (frozen dataclasses; all pure):
   max_unavailable_per_pool=None, time_limit=30.0)` -> `replan.Replan`: fewest GPUs, then
   fewest node reconfigurations against the current layout (`gpuvalues.planners.replan`).
   `prices` maps a GPU model (any alias) to a price per GPU; `NodePool.price_per_gpu` wins.
+- `certify(lp, solution, claimed=, dual_bound=, lp_bound=)` -> `Certificate` (objective, bound,
+  optimal, gap) or None; `run_highs` applies it to every MIP, the plan's and the re-plan's.
 - `Plan.to_dict()` (for JSON/YAML), `Plan.mig_parted_config`, `Plan.node_labels`,
   `Plan.device_plugin_configs`, `Plan.baselines`, `Plan.lp_bound`, `Plan.gap`.
 - `sharing_plan(demands, gpu, mode, gpus=..., replicas=None)` -> `Plan` for one non-MIG pool.

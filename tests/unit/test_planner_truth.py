@@ -334,3 +334,33 @@ def test_bench_tables_are_written_between_markers_only(tmp_path):
     assert doc.read_text() == "a\n<!-- bench:t -->\n| new |\n|---|\n<!-- /bench -->\nb <!-- /bench -->\n"
     with pytest.raises(SystemExit):
         benchlib.readme_section("missing", "x", doc)
+
+
+def test_a_claim_that_never_checks_out_is_reported_not_believed(monkeypatch):
+    """A solver that always claims one GPU less than the solution it returns (what highspy
+    does sometimes when warm-started; here on every run, cold too: a fake around the real
+    HiGHS, since the real one cannot be made to lie on demand): the plan keeps the real
+    solution, is not called optimal and says why, with the true gap to a bound that holds."""
+    real = milp._highs_once
+
+    class Lying:
+        def __init__(self, info):
+            self._info = info
+
+        def __getattr__(self, name):
+            if name in ("objective_function_value", "mip_dual_bound"):
+                return self._info.objective_function_value - 1
+            return getattr(self._info, name)
+
+    def lie(lp, *, integer, **kw):
+        status, info, sol = real(lp, integer=integer, **kw)
+        if integer and sol is not None:
+            return highspy.HighsModelStatus.kOptimal, Lying(info), sol
+        return status, info, sol
+
+    monkeypatch.setattr(milp, "_highs_once", lie)
+    case = next(c for c in CASES if c["kind"] == "plan")
+    p = plan(demands_of(case), pools_of(case), baselines=False)
+    assert p.gpus_used == 2 and not p.optimal                 # the solution, not the claim
+    assert p.mip_bound == 1 and p.gap == pytest.approx(0.5)    # ceil of the LP bound 0.26
+    assert any("claimed an optimum of" in w and "gap 50.00%" in w for w in p.warnings), p.warnings
