@@ -328,8 +328,8 @@ def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.NodePool], 
     if st_lp2 != highspy.HighsModelStatus.kOptimal:
         lp2, lp2_sol = 0.0, None
     start = _stage2_start(model, demands, groups, lp2_sol, cols, cap, budgets, left) if lp2_sol is not None else None
-    st2, c2, sol2, cols, cur_keys, cert2 = _milp(model, demands, groups, stage=2, gpu_cap=cap, integer=True,
-                                                 time_limit=max(left(), 1e-3), start=start, lp_bound=lp2, **budgets)
+    _, _, sol2, cols, cur_keys, cert2 = _milp(model, demands, groups, stage=2, gpu_cap=cap, integer=True,
+                                              time_limit=max(left(), 1e-3), start=start, lp_bound=lp2, **budgets)
     sol = sol2 if sol2 is not None else sol1
     b2 = cert2.bound if cert2 is not None else float(math.ceil(lp2 - 1e-6))
     return _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, (b1, proven1), b2,

@@ -336,11 +336,11 @@ def test_bench_tables_are_written_between_markers_only(tmp_path):
         benchlib.readme_section("missing", "x", doc)
 
 
-def test_a_claim_that_never_checks_out_is_reported_not_believed(monkeypatch):
-    """A solver that always claims one GPU less than the solution it returns (what highspy
-    does sometimes when warm-started; here on every run, cold too: a fake around the real
-    HiGHS, since the real one cannot be made to lie on demand): the plan keeps the real
-    solution, is not called optimal and says why, with the true gap to a bound that holds."""
+@pytest.fixture
+def lying_solver(monkeypatch):
+    """A solver that always claims one less than the solution it returns, with a bound to
+    match (what highspy does sometimes when warm-started; here on every MIP run, cold too):
+    a fake around the real HiGHS, since the real one cannot be made to lie on demand."""
     real = milp._highs_once
 
     class Lying:
@@ -359,8 +359,26 @@ def test_a_claim_that_never_checks_out_is_reported_not_believed(monkeypatch):
         return status, info, sol
 
     monkeypatch.setattr(milp, "_highs_once", lie)
+
+
+def test_a_claim_that_never_checks_out_is_reported_not_believed(lying_solver):
+    """The plan keeps the real solution, is not called optimal and says why, with the true
+    gap to a bound that holds."""
     case = next(c for c in CASES if c["kind"] == "plan")
     p = plan(demands_of(case), pools_of(case), baselines=False)
     assert p.gpus_used == 2 and not p.optimal                 # the solution, not the claim
     assert p.mip_bound == 1 and p.gap == pytest.approx(0.5)    # ceil of the LP bound 0.26
     assert any("claimed an optimum of" in w and "gap 50.00%" in w for w in p.warnings), p.warnings
+
+
+def test_a_replan_claim_that_never_checks_out_is_reported(lying_solver):
+    """Both re-plan objectives: unproven ones are said with their gap, and what the LP bound
+    alone proves stays proven."""
+    by = {c["name"]: c for c in CASES}
+    c = by["replan-serving-fleet-changed-everywhere"]
+    r = replan(demands_of(c), pools_of(c), current_of(c), **c["options"])
+    assert (r.gpus_optimum, r.changes_count) == (2, 0) and not r.optimal and r.gpus_bound == 1
+    assert any("fewest GPUs not proven: 2 found, bound 1 (gap 50.00%)" in w for w in r.warnings), r.warnings
+    c = by["replan-budget-node-changes"]
+    r = replan(demands_of(c), pools_of(c), current_of(c), **c["options"])
+    assert r.optimal and (r.gpus_bound, r.changes_bound) == (4, 1)   # the LP bounds prove both
