@@ -30,6 +30,7 @@ Bad input raises `PlanError` naming file, line:col and field.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -209,69 +210,76 @@ def replanned(spec_path: str | Path, current_path: str | Path, *, gpu_slack: int
                for p in fleet.placements if p.mode == "mig" and p.workload in plan.served]
     spec_pools = {p.name: p for p in fleet.spec.node_pools}
     current = load_current(current_path, list(spec_pools.values()))
-    current, notes = _mig_part(current, pools, held, spec_pools)
+    current, notes, pools = _mig_part(current, pools, held, spec_pools)
     result = milp.replan(demands, pools, current, gpu_slack=gpu_slack, max_node_changes=max_node_changes,
                          max_unavailable_per_pool=max_unavailable_per_pool, time_limit=time_limit)
     return result, list(fleet.decisions) + notes
 
 
 def _mig_pools(fleet) -> tuple[list, dict[str, int]]:
-    """The spec's MIG pools as the re-plan sees them: every MIG-managed pool, also one whose
-    MIG workloads were all removed (its nodes may keep their layout), each with the nodes left
-    for MIG; and per pool the nodes whole-GPU and tensor-parallel replicas hold."""
+    """The spec's MIG pools as the re-plan sees them: every MIG-managed pool with all its
+    nodes, also one whose MIG workloads were all removed (its nodes may keep their layout);
+    and per pool the GPUs whole-GPU and tensor-parallel replicas hold (those the fleet's MIG
+    solve did not get)."""
     from gpuvalues.catalog import get_gpu as gpu_of
     from gpuvalues.planners import milp
 
     planned = {pp.pool.name: pp.pool for pp in fleet.layout.plan.pools}
     pools, held = [], {}
     for p in fleet.spec.node_pools:
-        whole = sum(g.nodes for g in fleet.layout.groups_of(p.name) if g.workloads
-                    and (g.mig_devices is None or all(d is None for d in g.mig_devices)))
         if p.name in planned:
-            pools.append(planned[p.name])
-            held[p.name] = p.nodes - planned[p.name].nodes
-        elif p.mig and gpu_of(p.gpu).mig is not None and p.nodes - whole > 0 and not any(
+            held[p.name] = p.gpus - planned[p.name].capacity
+        elif p.mig and gpu_of(p.gpu).mig is not None and not any(
                 pl.mode == "dra" for pl in fleet.placements if pl.pool.name == p.name):
-            pools.append(milp.NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes - whole, mig_enabled=True,
-                                       price_per_gpu=p.price_per_gpu_hour))
-            held[p.name] = whole
+            held[p.name] = sum(g.nodes for g in fleet.layout.groups_of(p.name) if g.workloads) * p.gpus_per_node
+        else:
+            continue
+        pools.append(milp.NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes, mig_enabled=True,
+                                   price_per_gpu=p.price_per_gpu_hour))
     return pools, held
 
 
-def _mig_part(current: CurrentLayout, pools, held: Mapping[str, int], spec_pools) -> tuple[CurrentLayout, list]:
-    """The part of the current layout the MIG re-plan changes: nodes of pools that run no MIG
-    are left alone, and in a pool whose whole-GPU / tensor-parallel replicas hold some nodes,
-    up to that many listed nodes with MIG off are theirs (left alone too). Said in notes."""
+def _mig_part(current: CurrentLayout, pools, held: Mapping[str, int], spec_pools) -> tuple[CurrentLayout, list, list]:
+    """The part of the current layout the MIG re-plan may change, and the pools it plans.
+
+    Nodes of pools that run no MIG are left alone. In a pool whose whole-GPU / tensor-parallel
+    replicas hold GPUs, the listed nodes with the most MIG-off GPUs are theirs until those GPUs
+    are accounted for: they are pinned (kept as they are, their MIG GPUs still usable); GPUs
+    left over are on unlisted nodes, which the re-plan then leaves out. Said in notes."""
     mig = {p.name: p for p in pools}
-    keep, notes = [], []
+    notes, out, plan_pools = [], [], []
     aside: dict[str, list[str]] = {}
     for node in current.nodes:
         if node.pool not in mig:
             aside.setdefault(node.pool, []).append(node.name)
-            continue
-        keep.append(node)
     for pool, names in sorted(aside.items()):
         notes.append(f"pool {pool} runs no MIG: its listed nodes ({', '.join(names)}) are left alone")
-    out = []
     index = {name: i for i, name in enumerate(spec_pools)}
     for name, pool in mig.items():
-        mine = [n for n in keep if n.pool == name]
-        off = sorted((n for n in mine if all(g is None for g in n.gpus)), key=lambda n: n.name)
-        tp = off[:held.get(name, 0)]
-        if tp:
-            notes.append(f"pool {name}: {len(tp)} listed node(s) with MIG off serve whole-GPU/tensor-parallel "
-                         f"replicas and are left alone ({', '.join(n.name for n in tp)})")
-        rest = [n for n in mine if n not in tp]
-        if len(rest) > pool.nodes:
-            total = spec_pools[name].nodes
-            raise PlanError(f"the current layout lists {len(rest) + len(tp)} nodes of pool {name!r}, but the spec "
-                            f"gives it {total} (cluster.nodePools[{index[name]}].nodes)"
-                            + (f", {held[name]} of them for whole-GPU/tensor-parallel replicas: at most "
-                               f"{pool.nodes} may run MIG" if held.get(name) else "")
-                            + "; fix the spec's node count or the current layout", source=current.source,
-                            field="nodes")
-        out += rest
-    return CurrentLayout(tuple(out), source=current.source), notes
+        mine = [n for n in current.nodes if n.pool == name]
+        if len(mine) > pool.nodes:
+            raise PlanError(f"the current layout lists {len(mine)} nodes of pool {name!r}, but the spec gives it "
+                            f"{pool.nodes} (cluster.nodePools[{index[name]}].nodes); fix the spec's node count or "
+                            "the current layout", source=current.source, field="nodes")
+        left = held.get(name, 0)
+        pinned = set()
+        for n in sorted(mine, key=lambda n: (-sum(g is None for g in n.gpus), n.name)):
+            off = sum(g is None for g in n.gpus)
+            if left <= 0 or not off:
+                break
+            pinned.add(n.name)
+            left -= off
+        if pinned:
+            notes.append(f"pool {name}: node(s) {', '.join(sorted(pinned))} carry whole-GPU/tensor-parallel "
+                         "replicas (their MIG-off GPUs): the re-plan keeps them as they are")
+        out += [CurrentNode(n.name, n.pool, n.config, n.gpus, n.pods, pinned=n.name in pinned) for n in mine]
+        gone = -(-max(left, 0) // pool.gpus_per_node)   # unlisted nodes those replicas hold
+        gone = min(gone, pool.nodes - len(mine))
+        if gone:
+            notes.append(f"pool {name}: {gone} unlisted node(s) carry whole-GPU/tensor-parallel replicas and are "
+                         "left out of the re-plan")
+        plan_pools.append(replace(pool, nodes=pool.nodes - gone))
+    return CurrentLayout(tuple(out), source=current.source), notes, plan_pools
 
 
 def replan_table(d: Mapping) -> str:

@@ -63,6 +63,7 @@ class CurrentNode:
     config: str | None
     gpus: tuple[Mapping[str, int] | None, ...]
     pods: int | None = None
+    pinned: bool = False   # whole-GPU / tensor-parallel replicas run there: kept as it is
 
     @property
     def signature(self) -> tuple:
@@ -136,6 +137,7 @@ class _Group:
     nodes: list[CurrentNode]
     keys: Counter          # per-GPU usable layout key -> GPUs per node
     listed: bool = True
+    pinned: bool = False   # never changed (its nodes carry whole-GPU / tensor-parallel replicas)
 
 
 def _usable_key(devices: Mapping[str, int] | None, mode: str, names: set[str], r: int | None) -> tuple | None:
@@ -163,7 +165,8 @@ def _groups(model, current: CurrentLayout) -> list[list[_Group]]:
             raise PlanError(f"current layout: node {node.name!r} lists {len(node.gpus)} GPUs but pool "
                             f"{node.pool!r} has {pools[k].gpus_per_node} per node", source=current.source,
                             field=f"nodes.{node.name}")
-        g = by_pool[k].setdefault((node.signature, node.config), _Group(k, node.signature, node.config, [], Counter()))
+        g = by_pool[k].setdefault((node.signature, node.config, node.pinned),
+                                  _Group(k, node.signature, node.config, [], Counter(), pinned=node.pinned))
         g.nodes.append(node)
     out = []
     for k, pool in enumerate(pools):
@@ -214,6 +217,8 @@ def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node
     for c, i in col.items():
         if c[0] == "keep":
             upper[i] = len(groups[c[1]][c[2]].nodes)
+            if groups[c[1]][c[2]].pinned:
+                lower[i] = upper[i]
             if fix_keep is not None and (c[1], c[2]) in fix_keep:
                 lower[i] = upper[i] = fix_keep[(c[1], c[2])]
     rows = milp.Rows()
@@ -302,7 +307,7 @@ def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.NodePool], 
         raise _budget_error(model, demands, groups, max_node_changes, max_unavailable_per_pool)
     left = lambda: time_limit - (time.perf_counter() - t0)  # noqa: E731
     st1 = sol1 = None
-    if max_node_changes is None and max_unavailable_per_pool is None:
+    if max_node_changes is None and max_unavailable_per_pool is None and not any(g.pinned for gs in groups for g in gs):
         # no budget: any node may change, so the fewest GPUs is `plan`'s optimum (LP rounding,
         # warm start); its solution, with every node changed, is a stage-1 solution too
         _, res = milp._run(demands, pools, [1.0] * len(pools), "optimal", left(), solver_layouts=False)

@@ -66,7 +66,7 @@ def test_tensor_parallel_and_mig_pool_listed_whole(tmp_path, capsys):
     got = json.loads(out)
     assert got["nodes_changed"] == 0 and got["optimal"]
     assert not any(c["node"].startswith("h100-whole") for c in got["changes"])
-    assert "serve whole-GPU/tensor-parallel replicas and are left alone (h100-whole-1, h100-whole-2)" in err
+    assert "node(s) h100-whole-1, h100-whole-2 carry whole-GPU/tensor-parallel replicas" in err
 
 
 def test_unlisted_nodes_are_reported_never_named(tmp_path, capsys):
