@@ -224,11 +224,16 @@ def _mig_pools(fleet) -> tuple[list, dict[str, int]]:
     from gpuvalues.catalog import get_gpu as gpu_of
     from gpuvalues.planners import milp
 
-    planned = {pp.pool.name: pp.pool for pp in fleet.layout.plan.pools}
+    # the MIG solve's pools of one spec pool: the pool itself, or parts of it named "<pool>.<part>"
+    planned: dict[str, int] = {}
+    for pp in fleet.layout.plan.pools:
+        owner = next((p.name for p in fleet.spec.node_pools
+                      if pp.pool.name == p.name or pp.pool.name.startswith(p.name + ".")), pp.pool.name)
+        planned[owner] = planned.get(owner, 0) + pp.pool.capacity
     pools, held = [], {}
     for p in fleet.spec.node_pools:
         if p.name in planned:
-            held[p.name] = p.gpus - planned[p.name].capacity
+            held[p.name] = max(0, p.gpus - planned[p.name])
         elif p.mig and gpu_of(p.gpu).mig is not None and not any(
                 pl.mode == "dra" for pl in fleet.placements if pl.pool.name == p.name):
             held[p.name] = sum(g.nodes for g in fleet.layout.groups_of(p.name) if g.workloads) * p.gpus_per_node
