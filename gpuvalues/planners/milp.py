@@ -1193,7 +1193,8 @@ def _baselines(demands, pools, costs, deadline: float | None = None) -> list[Bas
         x, _ = _values(sol, cols)
         gpus = sum(x.values())
         if not extra["optimal"]:
-            note += "; stopped at the time limit (best found)"
+            note += ("; not proven minimal: the solver's claim did not check out (best found)"
+                     if extra["rejected"] is not None else "; stopped at the time limit (best found)")
         cost = sum(costs[k] * v for (k, _), v in x.items())
         out.append(Baseline(name, gpus, float(cost), note))
     return out
