@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from gpuvalues.catalog import get_gpu
 from gpuvalues.errors import PlanError
-from gpuvalues.planners import milp  # noqa
+from gpuvalues.planners import milp
 from gpuvalues.planners.milp import ModelDemand, NodePool, plan, replan
 from gpuvalues.planners.replan import CurrentLayout, CurrentNode
 from tests.unit import reference as R
