@@ -895,6 +895,11 @@ def _run(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capac
     # the rounding, the plan's floor, needs it
     lp_status, lp_info, lp_sol, cols, _ = _solve(model, demands, costs, integer=False, capacity=capacity,
                                                  time_limit=max(time_limit, 30.0))
+    if lp_status == highspy.HighsModelStatus.kModelEmpty:   # no column: every need is 0, nothing to place
+        status = highspy.HighsModelStatus.kOptimal
+        extra = {"objective": 0.0, "bound": 0.0, "rounded": 0.0, "optimal": True, "rejected": None}
+        return model, (status, None, np.zeros(0), cols, time.perf_counter() - t0, 0.0 if with_bounds else None,
+                       extra)
     if lp_status != highspy.HighsModelStatus.kOptimal or lp_sol is None:
         return model, None
     lp = float(lp_info.objective_function_value)

@@ -382,3 +382,15 @@ def test_a_replan_claim_that_never_checks_out_is_reported(lying_solver):
     c = by["replan-budget-node-changes"]
     r = replan(demands_of(c), pools_of(c), current_of(c), **c["options"])
     assert r.optimal and (r.gpus_bound, r.changes_bound) == (4, 1)   # the LP bounds prove both
+
+
+def test_a_model_with_no_demand_that_nothing_serves_needs_no_gpu():
+    """Found by the reference search (seed 2958 of the plan generator): throughput 0 for a
+    60 GB model with no rate on the only profile that holds it left HiGHS an empty model,
+    which 55d8461 reported as "no plan satisfies the workload mix"."""
+    dem = [ModelDemand("m0", throughput=0, memory_gb=60,
+                       throughput_per_instance={"1g.10gb": 5, "3g.40gb": 1, "gpu": 10})]
+    pools = [NodePool("p0", "A100-80GB", 2, 1)]
+    assert R.fewest_gpus(dem, pools) == 0
+    p = plan(dem, pools)
+    assert p.gpus_used == 0 and p.optimal and p.gap == 0
