@@ -18,16 +18,21 @@ def run_cli(capsys, *args) -> tuple[int, str]:
 
 @pytest.mark.parametrize("text,where", [
     ("syncPeriodSeconds: 5\nbogus: 1\n", ":2:1: bogus: unknown key"),
-    ("breakerMaxPercent: 150\n", "breakerMaxPercent: must be between 0 and 100"),
-    ("signals:\n  exporterMissing: page\n", ":1:1: signals.exporterMissing: must be ignore, warn or act"),
-    ("signals:\n  gpuFire: true\n", "signals.gpuFire: unknown signal"),
-    ("criticalXids: [79, x]\n", ":1:1: criticalXids: must be a list of positive integers"),
-    ("drain: maybe\n", ":1:1: drain: must be true or false"),
-    ("breakerMaxNodes: true\n", "breakerMaxNodes: must be an integer"),
+    ("breakerMaxPercent: 150\n", ":1:20: breakerMaxPercent: 150 is greater than the maximum of 100"),
+    ("signals:\n  exporterMissing: page\n", ":2:20: signals.exporterMissing: \"page\" is not one of"),
+    ("signals:\n  gpuFire: true\n", ":2:3: signals.gpuFire: unknown key"),
+    ("criticalXids: [79, x]\n", ":1:20: criticalXids[1]: expected integer"),
+    ("criticalXids: [0]\n", "criticalXids[0]: 0 is less than the minimum of 1"),
+    ("drain: maybe\n", ":1:8: drain: expected boolean"),
+    ("breakerMaxNodes: true\n", "breakerMaxNodes: expected integer, got boolean"),
+    # PromQL pieces are checked, never pasted: a label name and a duration only
+    ('nodeLabel: "a\\"b"\n', ":1:12: nodeLabel: "),
+    ('window: "5m] or vector(1)"\n', ":1:9: window: "),
+    ("drainTimeoutSeconds: -1\n", "drainTimeoutSeconds: -1 is less than the minimum of 0"),
     ("syncPeriodSeconds: 10\nleaseDurationSeconds: 15\n", "leaseDurationSeconds: must be at least twice"),
-    ("prometheusUrl: prom:9090\n", "prometheusUrl: must start with http"),
+    ("prometheusUrl: prom:9090\n", ":1:16: prometheusUrl: 'prom:9090' does not match"),
     ("a: [1\n", ":2:1: "),
-    ("- 1\n", "the config must be a mapping"),
+    ("- 1\n", "the remediation config must be a YAML mapping"),
 ])
 def test_bad_config_is_one_line_exit_2(tmp_path, capsys, text, where):
     f = tmp_path / "c.yaml"
@@ -43,6 +48,29 @@ def test_bad_config_is_one_line_exit_2(tmp_path, capsys, text, where):
 def test_missing_config_file(tmp_path, capsys):
     rc, err = run_cli(capsys, "--config", str(tmp_path / "nope.yaml"))
     assert rc == 2 and "nope.yaml" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("flag", ["--config", "--kubeconfig"])
+def test_fifo_config_or_kubeconfig_is_refused_not_waited_on(tmp_path, capsys, flag):
+    import os
+
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)          # nobody writes: a plain open() would block forever
+    rc, err = run_cli(capsys, flag, str(fifo), "--once")
+    assert rc == 2 and "FIFO" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_config_schema_is_the_values_schema_definition():
+    """One definition of the keys: every key the chart's platform.remediation shares with the
+    config refers to $defs/remediationConfig (no copy in the controller)."""
+    from gpuvalues.schemas import VALUES_SCHEMA, load_schema
+
+    values = load_schema(VALUES_SCHEMA)
+    cfg = values["$defs"]["remediationConfig"]["properties"]
+    rem = values["$defs"]["platform"]["properties"]["remediation"]["properties"]
+    shared = {k for k in rem if k in cfg}
+    assert shared and all(rem[k] == {"$ref": f"#/$defs/remediationConfig/properties/{k}"} for k in shared)
+    assert not hasattr(controller, "_KEYS")
 
 
 def _args(**kw):
