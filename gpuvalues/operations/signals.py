@@ -272,14 +272,22 @@ class Prometheus:
             raise PrometheusError(f"{self.url}: no time left for the query (sync deadline)")
         cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
         conn = cls(u.hostname, u.port, timeout=remaining)
-        # The socket timeout bounds each read; the timer bounds the whole exchange.
-        timer = threading.Timer(remaining, _abort, (conn,))
+        # The socket timeout bounds each read; the timer bounds the whole exchange (it
+        # shuts the socket down, which ends any read blocked on it).
+        held: list = []
+        timer = threading.Timer(remaining, _abort, (held,))
         timer.daemon = True
         timer.start()
         try:
+            conn.connect()
+            held.append(conn.sock)
+            if time.monotonic() >= end:
+                raise OSError("deadline")
             conn.request("GET", path, headers={"Accept": "application/json"})
             resp = conn.getresponse()
             data = resp.read(self.max_bytes + 1)
+            if time.monotonic() >= end - 0.01:
+                raise OSError("deadline")        # cut short by the timer
             if len(data) > self.max_bytes:
                 raise PrometheusError(f"{self.url}: answer larger than {self.max_bytes // 2**20} MiB: refused")
             status = resp.status
@@ -298,7 +306,8 @@ class Prometheus:
             raise PrometheusError(f"{self.url}: HTTP {status}, not JSON") from None
         if not isinstance(body, dict) or body.get("status") != "success":
             err = body.get("error") if isinstance(body, dict) else None
-            raise PrometheusError(f"{self.url}: HTTP {status}: {str(err)[:200]}")
+            etype = body.get("errorType") if isinstance(body, dict) else None
+            raise PrometheusError(f"{self.url}: HTTP {status}: {etype}: {str(err)[:200]}")
         result = (body.get("data") or {}).get("result")
         if not isinstance(result, list) or len(result) > MAX_SERIES:
             raise PrometheusError(f"{self.url}: result is not a vector of at most {MAX_SERIES} series")
@@ -309,9 +318,8 @@ class Prometheus:
         return {sig: self.query(q, deadline) for sig, q in cfg.queries().items()}
 
 
-def _abort(conn) -> None:
-    sock = getattr(conn, "sock", None)
-    if sock is not None:
+def _abort(held: list) -> None:
+    for sock in held:
         try:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
