@@ -403,7 +403,8 @@ class Controller:
         result_kind = "ok"
         if self.prom is not None:
             try:
-                results = self.prom.collect(self.opts.signals, self.deadline)
+                # at most half the sync's budget, so a slow Prometheus leaves time to act on the rest
+                results = self.prom.collect(self.opts.signals, min(self.deadline, t0 + self.sync_budget_s / 2))
                 faults = faults_from_results(results, self.opts.signals, gpu_names)
                 evidence = evidence_from_results(results, self.opts.signals, gpu_names)
                 up = 1

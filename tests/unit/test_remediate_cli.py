@@ -130,3 +130,57 @@ def test_repeated_reports_are_rate_limited():
     assert c._repeated("n", "HeldByOther", False)          # same report next sync: suppressed
     assert not c._repeated("n", "GpuNodeQuarantined", True)  # a transition is always reported
     assert not c._repeated("m", "HeldByOther", False)
+
+
+def test_healthz_reflects_the_loop_progress():
+    t = [100.0]
+    m = controller.Metrics(clock=lambda: t[0])
+    m.stale_after = 30.0
+    assert m.healthy()
+    t[0] = 129.0
+    assert m.healthy()
+    t[0] = 131.0                     # no heartbeat for longer than a sync period plus a lease
+    assert not m.healthy()
+    m.beat()
+    assert m.healthy()
+
+
+class _Elector:
+    def __init__(self, leader):
+        self.leader = leader
+
+    def is_leader(self):
+        return self.leader
+
+
+@pytest.mark.parametrize("why,setup", [
+    ("stopping", lambda c: c.stopping.set()),
+    ("deadline", lambda c: setattr(c, "deadline", 0.0)),
+    ("leader", lambda c: setattr(c, "elector", _Elector(False))),
+])
+def test_every_write_is_guarded(why, setup):
+    import threading
+    import time
+
+    c = controller.Controller.__new__(controller.Controller)
+    c.stopping, c.deadline, c.elector = threading.Event(), time.monotonic() + 60, _Elector(True)
+    c._guard()                      # leader, inside the deadline: allowed
+    setup(c)
+    with pytest.raises(controller.SyncAborted, match=why):
+        c._guard()
+
+
+def test_api_requests_get_a_timeout():
+    seen = []
+
+    class Rest:
+        def request(self, *args, **kw):
+            seen.append(kw.get("_request_timeout"))
+
+    class Api:
+        rest_client = Rest()
+
+    api = controller._with_deadlines(Api(), 7.0)
+    api.rest_client.request("GET", "u")
+    api.rest_client.request("GET", "u", _request_timeout=1)
+    assert seen == [(5.0, 7.0), 1]
