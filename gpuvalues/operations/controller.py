@@ -29,6 +29,7 @@ import math
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -658,6 +659,7 @@ class Controller:
             pass
         self.stopping.set()
         worker.join(0.3)
+        self.worker_stuck = worker.is_alive()
         if elector and not worker.is_alive():
             elector.release()
         elif elector:   # the worker is stuck in a call: release the Lease without waiting for it
@@ -728,10 +730,18 @@ def main(opts: Options) -> int:
     log.info("remediation controller %s: sync every %gs, dry run %s, Prometheus %s", identity,
              opts.sync_period_s, opts.dry_run, opts.prometheus_url or "off")
     try:
-        return ctl.run(elector)
+        rc = ctl.run(elector)
     finally:
         if srv:
             srv.shutdown()
+    if getattr(ctl, "worker_stuck", False):
+        # The worker is blocked in a call to a slow server; the interpreter's teardown would
+        # wait on it for seconds. Nothing is left to flush but the logs: exit now.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
 
 
 __all__ = ["Options", "Controller", "LeaseElector", "Metrics", "main", "options_from_args"]

@@ -200,7 +200,7 @@ def test_no_data_is_not_health_and_a_spoofed_series_is_not_read(kube, namespace,
             sig.exporter.xid.clear()
             sig.exporter.down.add(b)
         e2e_wait("b's target down", lambda: b not in sig.present(), timeout=15)
-        time.sleep(3 + 4 * SYNC)                   # window + hold-down + syncs: the old code released here
+        time.sleep(3 + 3 * SYNC)                   # window + hold-down + syncs: the old code released here
         for n in (a, b):
             assert held(kube, n), f"{n} released without evidence of health"
             assert state(node(kube, n)) in ("drained", "recovering")
@@ -397,10 +397,11 @@ def test_breaker_per_pool_rounds_up_latches_and_bad_records_skip_one_node(kube, 
         with sig.exporter.lock:
             sig.exporter.xid.update({solo: 79, p2[0]: 79, p2[1]: 79, fault3: 79})
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        kube.kubectl("patch", "node", cond3, "--subresource=status", "--type=strategic", "-p", json.dumps(
-            {"status": {"conditions": [{"type": "GpuXidError", "status": "True", "reason": "NPD",
-                                        "message": "x" * (256 * 1024), "lastHeartbeatTime": now,
-                                        "lastTransitionTime": now}]}}))
+        patch = tmp_path / "condition.json"
+        patch.write_text(json.dumps({"status": {"conditions": [{"type": "GpuXidError", "status": "True", "reason": "NPD",
+                                                               "message": "x" * (256 * 1024), "lastHeartbeatTime": now,
+                                                               "lastTransitionTime": now}]}}))
+        kube.kubectl("patch", "node", cond3, "--subresource=status", "--type=strategic", f"--patch-file={patch}")
         # a 1-node pool at 50% is remediated (ceil); p2 (2 nodes) holds 1; p3 (7 nodes: 4) holds the two
         # bad records plus fault3 and cond3 (whose 256 KiB message must not make the update fail)
         e2e_wait("solo, one of p2, fault3 and cond3 quarantined", lambda: held(kube, solo) and held(kube, fault3)
