@@ -51,6 +51,7 @@ log = logging.getLogger("gpuvalues.remediate")
 
 class RemediateError(SpecError):
     """Bad options, config file or kubeconfig at start-up (exit 2, one line)."""
+    code = "GV041"
 
 
 @dataclass(frozen=True)
@@ -775,7 +776,8 @@ def load_config(path: str) -> dict:
     findings = schema_findings(dataclasses.replace(loaded, data=data), config_schema())
     if findings:
         f = findings[0]
-        raise RemediateError(f.message, source=f.source or path, line=f.line, column=f.column, field=f.path or None)
+        raise RemediateError(f.message, source=f.source or path, line=f.line, column=f.column, field=f.path or None,
+                             code=f.code)
     return data
 
 
