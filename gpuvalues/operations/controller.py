@@ -706,7 +706,13 @@ def api_client_for(kubeconfig: str | None, context: str | None, timeout_s: float
         doc = yamlio.parse_yaml(yamlio.decode(data, source), source=source, error=RemediateError)
         if not isinstance(doc, dict):
             raise RemediateError("not a kubeconfig (a YAML mapping)", source=source)
-        return _with_deadlines(config.new_client_from_config_dict(doc, context=context), timeout_s)
+        from kubernetes.config.kube_config import KubeConfigLoader
+
+        # relative certificate paths are relative to the kubeconfig, as load_kube_config reads them
+        cfg = client.Configuration()
+        KubeConfigLoader(config_dict=doc, active_context=context,
+                         config_base_path=os.path.abspath(os.path.dirname(path))).load_and_set(cfg)
+        return _with_deadlines(client.ApiClient(configuration=cfg), timeout_s)
     except RemediateError:
         raise
     except (ConfigException, OSError, TypeError, ValueError, KeyError) as e:
