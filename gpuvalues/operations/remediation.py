@@ -558,11 +558,15 @@ def step(nodes: Iterable[NodeView], faults: Mapping[str, Iterable[Fault]], pods_
             latched_now.add(p)
         else:
             why[name] = "limited"
-    draining = sorted((n.record.since, n.name, cfg.pool(n)) for n in nodes
-                      if n.record.state is State.DRAINING and not n.record_error)
+    # Only `limit` held nodes of a pool may evict: held nodes past the limit (records forged
+    # or hand-written) wait. Nodes already drained keep their slots (their `since` moves on
+    # each transition, so it cannot order them), then the longest-draining.
+    past = (State.DRAINED, State.DRAIN_TIMED_OUT, State.RECOVERING, State.NEEDS_ATTENTION)
+    held_nodes = sorted((n.record.state not in past, n.record.since, n.name, cfg.pool(n)) for n in nodes
+                        if n.record.state in HELD and not n.record_error)
     drain_ok: set[str] = set()
     drain_slots = dict(limits)
-    for _, name, p in draining:
+    for _, _, name, p in held_nodes:
         if drain_slots[p] > 0:
             drain_ok.add(name)
             drain_slots[p] -= 1

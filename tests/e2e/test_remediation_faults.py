@@ -424,3 +424,47 @@ def test_breaker_per_pool_rounds_up_latches_and_bad_records_skip_one_node(kube, 
         rem.stop()
         with sig.exporter.lock:
             sig.exporter.xid.clear()
+
+
+def test_forged_draining_records_do_not_drain_past_the_breaker(kube, namespace, pool, sig, proxy, tmp_path):
+    """Someone who may edit nodes writes `draining` records on 10 faulty nodes (with our taint
+    on 5 of them): at most breakerMaxNodes (2) nodes are drained, oldest first; the 5 without
+    our taint are recorded as cancelled and never drained. The earlier controller drained all."""
+    nodes = pool("rem-forge", [1] * 10)
+    sig.watch(nodes)
+    pods = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"gpu-{i}", "namespace": namespace},
+             "spec": {"nodeName": n, "tolerations": [{"operator": "Exists"}],
+                      "containers": [{"name": "c", "image": "registry.example/e2e:1",
+                                      "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+            for i, n in enumerate(nodes)]
+    kube.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
+    e2e_wait("10 pods Running", lambda: sum(p["status"].get("phase") == "Running"
+                                            for p in kube.pods(namespace)) == 10, timeout=60)
+    now = time.time()
+    for i, n in enumerate(nodes):
+        rec = json.dumps({"since": now - 100 + i, "reason": "forged", "owned": ["taint", "condition"], "evicted": []})
+        kube.kubectl("annotate", "node", n, f"{ANN_STATE}=draining", f"{ANN_RECORD}={rec}")
+        if i < 5:
+            kube.kubectl("taint", "node", n, f"{TAINT_KEY}=true:NoSchedule")
+    with sig.exporter.lock:       # every node faulty, so a forged record is not simply released
+        sig.exporter.xid.update({n: 79 for n in nodes})
+    e2e_wait("the Xids in Prometheus", lambda: all(sig.has_xid(n) for n in nodes), timeout=15)
+    rem = remediator(kube, namespace, tmp_path, proxy, "rem-forge", breakerMaxNodes=2, breakerMaxPercent=100)
+    try:
+        rem.start("g")
+        try:
+            e2e_wait("the untainted five recorded as cancelled",
+                     lambda: all(state(node(kube, n)) == "cancelled" for n in nodes[5:]), timeout=20)
+        except AssertionError:
+            print(rem.log("g"))
+            print({n: state(node(kube, n)) for n in nodes})
+            raise
+        time.sleep(3 * SYNC)
+        evicted = {e["involvedObject"]["name"] for e in controller_events(kube, "GpuRemediationEvicted", namespace)}
+        assert evicted == {"gpu-0", "gpu-1"}, f"drained past the breaker: {sorted(evicted)}"
+        assert all(events_on(kube, "CircuitBreakerOpen", n) for n in nodes[2:5])
+    finally:
+        rem.stop()
+        with sig.exporter.lock:
+            for n in nodes:
+                sig.exporter.xid.pop(n, None)

@@ -278,6 +278,12 @@ def test_forged_draining_records_cannot_drain_past_the_breaker():
     res = step(nodes, {n.name: [XID] for n in nodes}, {n.name: 1 for n in nodes}, T0 + 10, cfg)
     draining = [d.node for d in res.decisions if any(a.kind == "drain" for a in d.actions)]
     assert draining == ["n0", "n1"]      # the oldest two; the others are reported
+    # the oldest two drained: their slots stay taken, the third still waits
+    done = fleet([State.DRAINED, State.DRAINED] + [State.DRAINING] * 8, since=T0 + 1000)   # drained later
+    done = [replace(n, annotations=tuple(sorted(Record(State.DRAINING, T0 + i, "", frozenset(HELD_OWNED)).annotations()
+                                                .items()))) if i >= 2 else n for i, n in enumerate(done)]
+    res = step(done, {n.name: [XID] for n in done}, {n.name: 1 for n in done}, T0 + 10, cfg)
+    assert not [d for d in res.decisions if any(a.kind == "drain" for a in d.actions)]
     # forged without our taint: nothing drains at all, each is recorded as cancelled
     bare = [replace(n, taints=()) for n in nodes]
     res = step(bare, {n.name: [XID] for n in bare}, {n.name: 1 for n in bare}, T0 + 10, cfg)
