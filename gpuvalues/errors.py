@@ -175,6 +175,8 @@ CODES = {
               "pin a version tag or a digest (image.digest: sha256:...)"),
     "GV032": ("a hugepages or extended resource requested without an equal limit",
               "set the limit equal to the request (the API server does not overcommit them)"),
+    "GV041": ("remediation controller options, config or kubeconfig invalid",
+              "fix the option or key the message names (docs/self-healing.md lists them)"),
     "GV100": ("bad input", "fix the value the message names"),
 }
 
