@@ -1,7 +1,8 @@
 """The `gpuvalues` command: a thin shell over the library; no logic lives here.
 
-Exit codes: 0 clean, 1 findings, 2 bad input or usage. A GpuValuesError is printed
-as one line (`--debug` shows the traceback); anything else is a bug.
+Exit codes: 0 clean, 1 findings, 2 bad input or usage, 3 a transient failure (a server
+down or slow: retry). A GpuValuesError is printed as one line ending in its [GVxxx] code
+(`--debug` shows the traceback); anything else is a bug.
 """
 from __future__ import annotations
 
@@ -508,26 +509,37 @@ def main(argv: list[str] | None = None) -> int:
     args._started = time.monotonic()
     try:
         return args.func(args)
-    except GpuValuesError as exc:
-        _debug_traceback(args)
-        lines = exc.lines() if hasattr(exc, "lines") else [str(exc)]
-        for line in lines:
-            print(f"gpuvalues: error: {line}", file=sys.stderr)
-        return 2
-    except OSError as exc:             # unwritable output, full disk: the user's to fix
-        _debug_traceback(args)
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"gpuvalues: error: {where}{exc.strerror or exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - exceptions become exits here
+        code = exit_status(args, exc)
+        if code is None:
+            raise                      # a bug: the traceback is the report
+        return code
+
+
+def exit_status(args: argparse.Namespace, exc: BaseException) -> int | None:
+    """Print `exc` as the CLI's error lines and return its exit status, or None for a bug
+    (re-raised with its traceback). The one place that maps exceptions to exit codes:
+    a GpuValuesError exits with its class's `exit_code` (2 bad input, 3 `TransientError`),
+    an OSError (unwritable output, full disk) and an input past a limit no check caught
+    with 2, Ctrl-C with 130; every line ends in a registered `[GVxxx]` code."""
+    from gpuvalues.errors import EXIT_BAD_INPUT, OutputError
+
+    if isinstance(exc, KeyboardInterrupt):
         print("gpuvalues: interrupted", file=sys.stderr)
         return 130
-    except (MemoryError, RecursionError) as exc:  # input past a limit no check caught
-        _debug_traceback(args)
+    if isinstance(exc, OSError) and not isinstance(exc, GpuValuesError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        exc = OutputError(f"{where}{exc.strerror or exc}")
+    elif isinstance(exc, (MemoryError, RecursionError)):   # input past a limit no check caught
         what = "out of memory" if isinstance(exc, MemoryError) else "input nested too deeply"
-        print(f"gpuvalues: error: {what} (the input is too large or too deep to process)",
-              file=sys.stderr)
-        return 2
+        exc = GpuValuesError(f"{what} (the input is too large or too deep to process)",
+                             code="GV019")
+    elif not isinstance(exc, GpuValuesError):
+        return None
+    _debug_traceback(args)
+    for line in exc.lines():
+        print(f"gpuvalues: error: {line}", file=sys.stderr)
+    return getattr(exc, "exit_code", EXIT_BAD_INPUT)
 
 
 def _debug_traceback(args: argparse.Namespace) -> None:

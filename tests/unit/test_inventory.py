@@ -106,7 +106,7 @@ def test_single_node_object_and_errors():
     bad = k8s_node("x", capacity={"nvidia.com/gpu": "1500m"})
     with pytest.raises(InventoryError, match="whole numbers") as exc:
         from_kubectl_json(bad, source="n.json")
-    assert exc.value.field == "items[0].status.capacity" or exc.value.field == "items[0].status.capacity"
+    assert exc.value.field == "items[0].status.capacity.nvidia.com/gpu"
     with pytest.raises(InventoryError, match="taint"):
         from_kubectl_json(k8s_node("x", taints=[{"key": "a", "effect": "Sometimes"}]))
     with pytest.raises(InventoryError, match="unique"):
@@ -209,7 +209,7 @@ def test_from_dict_defaults_and_errors(tmp_path):
     with pytest.raises(InventoryError, match="whole numbers") as exc:
         Inventory.from_dict({"apiVersion": "gpuvalues/v1", "kind": "Inventory",
                              "nodes": [{"name": "n", "capacity": {"nvidia.com/gpu": "0.5"}}]})
-    assert exc.value.field == "nodes[0]"
+    assert exc.value.field == "nodes[0].capacity.nvidia.com/gpu"
 
 
 def test_load_inventory_detects_format(tmp_path):
@@ -238,7 +238,7 @@ def test_to_k8s_node_is_a_valid_node():
         assert from_kubectl_json(obj).nodes[0] == node
 
 
-names = st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True)
+names = st.from_regex(r"[a-z]([a-z0-9-]{0,9}[a-z0-9])?", fullmatch=True)  # DNS-1123 labels
 label_values = st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,8}[A-Za-z0-9])?", fullmatch=True)
 resources = st.dictionaries(st.sampled_from(["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/gpu.shared",
                                              "cpu", "memory", "pods"]), st.integers(0, 10**6), max_size=4)
