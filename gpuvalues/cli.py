@@ -246,17 +246,16 @@ def _inventory(args: argparse.Namespace):
 
 def cmd_inventory(args: argparse.Namespace) -> int:
     """`gpuvalues inventory`: a cluster inventory from kubectl JSON, a live cluster or nvidia-smi."""
-    from gpuvalues import yamlio
-    from gpuvalues.io import files, present
+    from gpuvalues.io import cluster, files, present
 
-    data = _inventory(args).to_dict()
+    inv = _inventory(args)
     if args.out == "-":                # `-o -`: the inventory file itself on stdout
-        sys.stdout.write(yamlio.dump(data))
+        sys.stdout.write(cluster.inventory_text(inv, "-"))
     elif args.out:
-        files.write_atomic(args.out, yamlio.dump(data))
-        say(args, f"wrote {args.out} ({len(data['nodes'])} nodes)")
+        files.write_atomic(args.out, cluster.inventory_text(inv, args.out))
+        say(args, f"wrote {args.out} ({len(inv.nodes)} nodes)")
     else:
-        emit(args, data, present.inventory_table)
+        emit(args, inv.to_dict(), present.inventory_table)
     return 0
 
 
@@ -406,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("inventory", help="build a cluster inventory (kubectl JSON, live cluster or nvidia-smi)")
     _inventory_options(p)
-    p.add_argument("-o", "--out", metavar="FILE", help="write the inventory YAML here (atomically; '-' for stdout)")
+    p.add_argument("-o", "--out", metavar="FILE", help="write the inventory YAML here (JSON for a .json name; atomically; '-' for stdout)")
     p.set_defaults(func=cmd_inventory)
 
     p = sub.add_parser(

@@ -912,8 +912,51 @@ def dump(data: Any, *, dumper: type | None = None) -> str:
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+class DuplicateKey(yaml.YAMLError):
+    """A mapping that gives one key twice (`parse_yaml(..., unique_keys=True)`)."""
+
+    def __init__(self, mark, key: Any) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.mark, self.key = mark, key
+
+
+class _UniqueKeys:
+    """Refuse a key given twice in one mapping (PyYAML keeps the last one silently; Helm's
+    go-yaml and kubectl's JSON readers disagree on which wins). Merge keys are exempt."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: set = set()
+            for k, _ in node.value:
+                if not isinstance(k, yaml.ScalarNode) or k.tag == _MERGE_TAG:
+                    continue
+                key = self.construct_object(k)
+                if key in seen:
+                    raise DuplicateKey(k.start_mark, key)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+_UNIQUE_LOADERS = {loader: type(f"_Unique{loader.__name__}", (_UniqueKeys, loader), {})
+                   for loader in (getattr(yaml, "CSafeLoader", yaml.SafeLoader), yaml.SafeLoader)}
+
+
+def position_in(text: str, path: Path_) -> tuple[int, int]:
+    """The 1-based (line, column) of `path` (or its nearest ancestor) in YAML `text`, from
+    libyaml's node marks: for a data file's error, after the fast reader kept no positions."""
+    pos: dict = {(): (1, 1)}
+    try:
+        _walk_pyyaml(text, pos, {})
+    except (yaml.YAMLError, RecursionError):
+        pass
+    path = tuple(path)
+    while path not in pos:
+        path = path[:-1]
+    return pos[path]
+
+
 def parse_yaml(text: str, *, source: str | None = None, error: type[GpuValuesError] = GpuValuesError,
-               all_documents: bool = False) -> Any:
+               all_documents: bool = False, unique_keys: bool = False) -> Any:
     """Plain YAML data (PyYAML safe types) from `text`: one document, or a list of the
     non-empty ones with `all_documents`.
 
@@ -924,7 +967,7 @@ def parse_yaml(text: str, *, source: str | None = None, error: type[GpuValuesErr
     """
     for loader in dict.fromkeys((SAFE_LOADER, yaml.SafeLoader)):
         try:
-            docs = _documents(text, loader)
+            docs = _documents(text, _UNIQUE_LOADERS[loader] if unique_keys else loader)
             if all_documents:
                 return [doc for doc in docs if doc]
             if len(docs) > 1:
@@ -933,6 +976,9 @@ def parse_yaml(text: str, *, source: str | None = None, error: type[GpuValuesErr
         except ExcessiveAliasing as exc:
             raise error(f"invalid YAML: {exc.message}", source=source,
                         line=exc.mark.line + 1, column=exc.mark.column + 1) from None
+        except DuplicateKey as exc:
+            raise error(f"duplicate key {exc.key!r}", source=source, line=exc.mark.line + 1,
+                        column=exc.mark.column + 1, code="GV039") from None
         except (RecursionError, MemoryError) as exc:
             what = "nested too deeply" if isinstance(exc, RecursionError) else "too large"
             raise error(f"YAML/JSON {what} to read", source=source, line=1, column=1) from None

@@ -50,6 +50,9 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # and the GFD counts (`nvidia.com/gpu.count`, `mig-<profile>.count`, `gpu.replicas`) at
 # most 1024, `gpu.memory` at most 2^24 MiB, as the schema's `gpu` fields.
 MAX_QUANTITY = 2 ** 62
+# Nodes in one inventory: Kubernetes supports clusters of up to 5,000 nodes (kubernetes.io,
+# "Considerations for large clusters"); twice that, so every loop over nodes is bounded.
+MAX_NODES = 10_000
 MAX_EXTENDED = 1024 * 1024
 MAX_GFD_COUNT = 1024
 MAX_GPU_MEMORY_MIB = 2 ** 24
@@ -276,6 +279,9 @@ class Inventory:
     @classmethod
     def from_dict(cls, data: Mapping, source: str | None = None) -> "Inventory":
         """Validate against schemas/inventory.schema.json and build the Inventory."""
+        if isinstance(data, _MAPS) and isinstance(data.get("nodes"), list) and len(data["nodes"]) > MAX_NODES:
+            raise InventoryError(too_many_nodes(len(data["nodes"])), source=source, field=f"nodes[{MAX_NODES}]",
+                                 code="GV038")
         _validate(data, source)
         nodes = []
         for i, nd in enumerate(data["nodes"]):
@@ -473,15 +479,28 @@ def from_kubectl_json(data: Any, source: str | None = None) -> Inventory:
         items = data["items"]
     else:
         raise InventoryError("expected a NodeList/List with items, or a Node", source=source, field="kind")
-    nodes = []
-    for i, item in enumerate(items):
-        if not isinstance(item, _MAPS) or item.get("kind", "Node") != "Node":
-            raise InventoryError("list item is not a Node", source=source, field=f"items[{i}]")
-        try:
-            nodes.append(_node_from_k8s(item, source, f"items[{i}]"))
-        except (AttributeError, TypeError) as exc:  # a list where a map belongs, and the like
-            raise InventoryError(f"malformed Node ({exc})", source=source, field=f"items[{i}]") from None
-    return Inventory(tuple(nodes), source=source)
+    if len(items) > MAX_NODES:
+        raise InventoryError(too_many_nodes(len(items)), source=source, field=f"items[{MAX_NODES}]",
+                             code="GV038")
+    return Inventory(tuple(node_from_kubectl_item(item, source, i) for i, item in enumerate(items)),
+                     source=source)
+
+
+def node_from_kubectl_item(item: Any, source: str | None, index: int) -> Node:
+    """One Node of `kubectl get nodes -o json`'s items (`items[index]`, for messages)."""
+    if not isinstance(item, _MAPS) or item.get("kind", "Node") != "Node":
+        raise InventoryError("list item is not a Node", source=source, field=f"items[{index}]")
+    try:
+        return _node_from_k8s(item, source, f"items[{index}]")
+    except (AttributeError, TypeError):   # a safety net: every field's type is checked above
+        raise InventoryError("malformed Node: a field holds the wrong type (a list where a mapping "
+                             "belongs, or the like)", source=source, field=f"items[{index}]") from None
+
+
+def too_many_nodes(n: int | str) -> str:
+    """The message for an inventory past MAX_NODES."""
+    return (f"{n} nodes; gpuvalues reads inventories of up to {MAX_NODES:,} nodes (Kubernetes supports "
+            "clusters of up to 5,000)")
 
 
 # -- nvidia-smi ------------------------------------------------------------------------------
