@@ -73,9 +73,19 @@ def cmd_render(args: argparse.Namespace) -> int:
         paths = files.write_manifests({r.name if r else "": text for r, text in streams},
                                       args.out_dir)
         say(args, f"wrote {len(paths)} objects of {len(streams)} release(s) to {args.out_dir}")
-    else:
+        machine(args, {"wrote": [str(p) for p in paths], "releases": len(streams)})
+    elif args.output == "table":
         sys.stdout.write("".join(text for _, text in streams))
+    else:                              # the objects themselves, as one JSON/YAML document
+        emit(args, pipeline.rendered_data(streams, warnings), lambda d: "")
     return 0
+
+
+def machine(args: argparse.Namespace, data) -> None:
+    """With --output json|yaml, what a command did as one document on stdout (a command
+    that writes files prints nothing on stdout for people)."""
+    if args.output != "table":
+        emit(args, data, lambda d: "")
 
 
 # values, validate, update
@@ -102,11 +112,14 @@ def cmd_values(args: argparse.Namespace) -> int:
         return 0
     for path in written:
         say(args, f"wrote {path}")
-    if args.out and written and written[0].name.endswith(".values.yaml"):
+    install = pipeline.install_commands(fleet, args.out, args.artifacts, written) if args.out else []
+    if install:
         say(args, "install in this order:")
-        for line in pipeline.install_commands(fleet, args.out, args.artifacts):
+        for line in install:
             say(args, f"  {line}")
-    if not args.out:
+    if args.out:
+        machine(args, {"wrote": [str(p) for p in written], "install": install})
+    else:
         data = {r.name: dict(r.values) for r in fleet.releases}
         if args.output == "table":
             sys.stdout.write(present.values_table(fleet))
@@ -140,6 +153,7 @@ def cmd_update(args: argparse.Namespace) -> int:
     for w in warnings:
         say(args, str(w))
     say(args, f"updated {args.file}: {', '.join(changes)}")
+    machine(args, {"updated": args.file, "set": list(changes), "warnings": [str(w) for w in warnings]})
     return 0
 
 
@@ -254,6 +268,7 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     elif args.out:
         files.write_atomic(args.out, cluster.inventory_text(inv, args.out))
         say(args, f"wrote {args.out} ({len(inv.nodes)} nodes)")
+        machine(args, {"wrote": args.out, "nodes": len(inv.nodes)})
     else:
         emit(args, inv.to_dict(), present.inventory_table)
     return 0

@@ -257,19 +257,33 @@ def fit_report(inventory, *, manifests: str | None = None, values: str | None = 
     if bool(manifests) == bool(values):
         raise GpuValuesError("give rendered manifests (--manifests FILE) or a values file (--values FILE)")
     if manifests:
-        return fit.fit(fit.load_manifests(yamlio.read_text(manifests), manifests), inventory)
-    progress(f"rendering {values} with helm")
-    data = yamlio.load_mapping(values, allow_empty=True, what="values file").data
-    return fit_values(data, inventory, helm=helm,
-                      kube_version=kube_version or rendering.DEFAULT_KUBE_VERSION)
+        objects = fit.load_manifests(yamlio.read_text(manifests), manifests)
+        source = "<stdin>" if manifests == "-" else manifests
+    else:
+        progress(f"rendering {values} with helm")
+        data = yamlio.load_mapping(values, allow_empty=True, what="values file").data
+        objects = helm_manifests(data, helm=helm, kube_version=kube_version or rendering.DEFAULT_KUBE_VERSION)
+        source = values
+    if not fit.workloads_from_manifests(objects)[0]:    # "fits: yes" of nothing is no answer
+        what = "no Kubernetes objects" if not objects else "no workload (Deployment, StatefulSet, ...)"
+        raise GpuValuesError(f"{what} in the manifests: nothing to fit; give the rendered manifests of a "
+                             "workload release (gpuvalues render, helm template)", source=source, line=1,
+                             column=1, field="--manifests" if manifests else "--values")
+    return fit.fit(objects, inventory)
+
+
+def helm_manifests(values: Mapping, **helm_kwargs: Any) -> list[dict]:
+    """The objects the chart renders for `values` (gpuvalues.render.helm.helm_template)."""
+    from gpuvalues.render import helm
+
+    return helm.parse_manifests(helm.helm_template(dict(values), **helm_kwargs))
 
 
 def fit_values(values: Mapping, inventory, **helm_kwargs: Any):
-    """Render `values` with the chart through helm (gpuvalues.render.helm.helm_template), then `fit`."""
+    """Render `values` with the chart through helm (`helm_manifests`), then `fit`."""
     from gpuvalues.planners.fit import fit
-    from gpuvalues.render import helm
 
-    return fit(helm.parse_manifests(helm.helm_template(dict(values), **helm_kwargs)), inventory)
+    return fit(helm_manifests(values, **helm_kwargs), inventory)
 
 
 def checked_values_file(path: str | Path, kube_version: str,
