@@ -112,7 +112,7 @@ def cmd_values(args: argparse.Namespace) -> int:
         return 0
     for path in written:
         say(args, f"wrote {path}")
-    install = pipeline.install_commands(fleet, args.out, args.artifacts, written) if args.out else []
+    install = pipeline.install_commands(fleet, args.out, args.artifacts, args.workload) if args.out else []
     if install:
         say(args, "install in this order:")
         for line in install:
