@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from gpuvalues.errors import InventoryError, TransientError
+from gpuvalues.errors import GpuValuesError, InventoryError, TransientError
 from gpuvalues.planners.inventory import (API_VERSION, KIND, MAX_NODES, Inventory, Node, from_kubectl_json,
                                           node_from_kubectl_item, node_from_nvidia_smi, too_many_nodes)
 from gpuvalues.yamlio import format_path, parse_field, parse_yaml, position_in, read_input
@@ -232,6 +232,8 @@ def _read_json(text: str, source: str):
         line, col = _line_col(text, key_at)
         raise InventoryError(f"duplicate key {exc.key!r}", source=source, line=line, column=col,
                              code="GV039") from None
+    except GpuValuesError:
+        raise
     except (json.JSONDecodeError, ValueError):
         return None
     except RecursionError as exc:
