@@ -68,8 +68,10 @@ class GpuValuesError(ValueError):
         where = ""
         if self.source:
             where = self.source
-            if self.line is not None:     # a line without a column: the line's start
-                where += f":{self.line}:{self.column if self.column is not None else 1}"
+            if self.line is not None:
+                where += f":{self.line}"
+                if self.column is not None:
+                    where += f":{self.column}"
             where += ": "
         field = f"{self.field}: " if self.field else ""
         return f"{where}{field}{self.message}"

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from gpuvalues.errors import InventoryError
+from gpuvalues.errors import TransientError, InventoryError
 from gpuvalues.io.cluster import from_kubernetes, inventory_from_sources, load_inventory
 from gpuvalues.planners.inventory import (
     INVENTORY_SCHEMA,
@@ -320,7 +320,7 @@ def test_live_cluster_via_kubeconfig(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
-    with pytest.raises(InventoryError, match="cannot reach"):
+    with pytest.raises(TransientError, match="cannot reach"):       # retry later: exit 3, not bad input
         from_kubernetes(str(kubeconfig))  # server gone
     with pytest.raises(InventoryError, match="kubeconfig"):
         from_kubernetes(str(tmp_path / "missing"))
