@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from gpuvalues.errors import GpuValuesError, InventoryError, TransientError
+from gpuvalues.kube import node_name_problem
 from gpuvalues.planners.inventory import (API_VERSION, KIND, MAX_NODES, Inventory, Node, from_kubectl_json,
                                           node_from_kubectl_item, node_from_nvidia_smi, too_many_nodes)
 from gpuvalues.yamlio import format_path, parse_field, parse_yaml, position_in, read_input
@@ -352,6 +353,9 @@ def parse_smi_arg(arg: str) -> tuple[str, Path, Path | None]:
     name, sep, files = arg.partition("=")
     if not sep or not name or not files:
         raise InventoryError(f"--nvidia-smi {arg!r}: expected NODE=QUERY.csv[:TOPO.txt]")
+    problem = node_name_problem(name)
+    if problem:
+        raise InventoryError(problem, field="--nvidia-smi", code="GV037")
     csv_path, _, topo_path = files.partition(":")
     return name, Path(csv_path), Path(topo_path) if topo_path else None
 

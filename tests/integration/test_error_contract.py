@@ -184,6 +184,14 @@ def test_every_refusal_is_one_placed_line_with_a_registered_code(tmp_path, capsy
         assert m["line"] or "--manifests" in lines[0] or name.startswith("update"), lines[0]
 
 
+def test_nvidia_smi_node_names_are_checked(tmp_path, capsys):
+    q = tmp_path / "q.csv"
+    q.write_text("index, name, memory.total [MiB]\n0, NVIDIA A100-SXM4-80GB, 81920 MiB\n")
+    rc, out, err = _run(capsys, ["inventory", "--nvidia-smi", f"$(touch x)={q}"])
+    assert rc == 2 and err.startswith("gpuvalues: error: --nvidia-smi: node name") and err.strip().endswith("[GV037]")
+    assert _run(capsys, ["inventory", "--nvidia-smi", f"gpu-1={q}"])[0] == 0           # control
+
+
 def test_controls_the_same_readers_accept_the_unedited_files(tmp_path, capsys):
     """Negative controls: the files the corpus edits pass, so each refusal is the edit's."""
     c = tmp_path / "c.yaml"
