@@ -7,7 +7,7 @@ inventory YAML, `kubectl get nodes -o json`, and the CLI end to end (`inventory
 YAML dump alone: the fast path and PyYAML's pure-Python emitter (the old path).
 Prints a Markdown table with the median of --runs runs and the spread (max - min).
 
-The second table: `kubectl get nodes -o json` of real-looking nodes (about 14 KB each:
+The second table: `kubectl get nodes -o json` of real-looking nodes (about 18 KB each:
 70 labels, annotations, managedFields, 20 images, conditions) up to --big-mb, read by
 the CLI in a fresh process (wall time and peak RSS of that process); a YAML inventory at
 the 4 MiB limit; a 50 MB YAML one (refused); and 10,001 nodes (refused).
@@ -51,7 +51,7 @@ def kubectl_json(inv) -> dict:
 
 
 def real_node(i: int) -> dict:
-    """A Node as kubectl prints it on a GPU cluster with NFD: about 14 KB of JSON."""
+    """A Node as kubectl prints it on a GPU cluster with NFD: about 18 KB of JSON."""
     labels = {"kubernetes.io/hostname": f"gpu-node-{i}", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
               "nvidia.com/gpu.count": "8", "nvidia.com/gpu.memory": "81920", "nvidia.com/mig.capable": "true",
               "topology.kubernetes.io/zone": "us-east-1a", "node.kubernetes.io/instance-type": "p4d.24xlarge"}
