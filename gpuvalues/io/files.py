@@ -270,6 +270,12 @@ class _Journal:
             for tmp, _ in self.pairs:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
+        elif not self.done:            # SIGTERM or an error after the commit: finish it now
+            with contextlib.suppress(OSError):
+                for tmp, target in self.pairs:
+                    if os.path.exists(tmp):
+                        os.replace(tmp, target)
+                self.done = True
         if self.done or not self.committed:
             for p in reversed(self.made):      # pointers first: the journal is the authority
                 with contextlib.suppress(FileNotFoundError):
