@@ -303,12 +303,17 @@ def fit_report(inventory, *, manifests: str | None = None, values: str | None = 
         data = yamlio.load_mapping(values, allow_empty=True, what="values file").data
         objects = helm_manifests(data, helm=helm, kube_version=kube_version or rendering.DEFAULT_KUBE_VERSION)
         source = values
-    if not fit.workloads_from_manifests(objects)[0]:    # "fits: yes" of nothing is no answer
-        what = "no Kubernetes objects" if not objects else "no workload (Deployment, StatefulSet, ...)"
-        raise GpuValuesError(f"{what} in the manifests: nothing to fit; give the rendered manifests of a "
-                             "workload release (gpuvalues render, helm template)", source=source, line=1,
-                             column=1, field="--manifests" if manifests else "--values")
-    return fit.fit(objects, inventory)
+    try:
+        if not fit.workloads_from_manifests(objects)[0]:    # "fits: yes" of nothing is no answer
+            what = "no Kubernetes objects" if not objects else "no workload (Deployment, StatefulSet, ...)"
+            raise GpuValuesError(f"{what} in the manifests: nothing to fit; give the rendered manifests of a "
+                                 "workload release (gpuvalues render, helm template)", source=source, line=1,
+                                 column=1, field="--manifests" if manifests else "--values")
+        return fit.fit(objects, inventory)
+    except GpuValuesError as exc:      # an object's problem: name the file, the object as the field
+        if exc.source == source or exc.line is not None:
+            raise
+        raise type(exc)(exc.message, source=source, field=exc.source or exc.field, code=exc.code) from None
 
 
 def helm_manifests(values: Mapping, **helm_kwargs: Any) -> list[dict]:

@@ -335,8 +335,14 @@ def workloads_from_manifests(objects: Sequence[Mapping]) -> tuple[list[Workload]
                 if isinstance(inner, CapacityError):
                     raise
                 where = _where(o) if isinstance(o, Mapping) else repr(o)[:40]
-                raise CapacityError(f"malformed object ({inner.__class__.__name__}: {inner})", source=where) from None
-        raise CapacityError(f"malformed manifests ({exc.__class__.__name__}: {exc})") from None
+                raise CapacityError(_WRONG_TYPE.format(what="object"), source=where) from None
+        raise CapacityError(_WRONG_TYPE.format(what="manifests")) from None
+
+
+# Python's own words ("list indices must be integers or slices, not str") describe the
+# reader, not the input: a malformed object is worded for the person who wrote it.
+_WRONG_TYPE = ("malformed {what}: a field holds the wrong type (a list where a mapping belongs, text "
+               "where a number belongs, or the like); render it with helm or kubectl first")
 
 
 def _workloads_from_manifests(objects: Sequence[Mapping]) -> tuple[list[Workload], list[str], list[str]]:
