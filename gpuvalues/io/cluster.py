@@ -9,7 +9,8 @@ from typing import Iterable, Mapping
 from gpuvalues.errors import GpuValuesError, InventoryError, TransientError
 from gpuvalues.kube import node_name_problem
 from gpuvalues.planners.inventory import (API_VERSION, KIND, MAX_NODES, Inventory, Node, from_kubectl_json,
-                                          node_from_kubectl_item, node_from_nvidia_smi, too_many_nodes)
+                                          check_unique_names, node_from_kubectl_item, node_from_nvidia_smi,
+                                          too_many_nodes)
 from gpuvalues.yamlio import format_path, parse_field, parse_yaml, position_in, read_input
 
 
@@ -244,6 +245,7 @@ def _read_json(text: str, source: str):
     if top.get("kind") == KIND:
         raise InventoryError(f"kind {KIND} keeps its nodes under `nodes`, not `items`", source=source,
                              field="items")
+    check_unique_names([n.name for n in nodes], source, "items[{}].metadata.name")
     return Inventory(tuple(nodes), source=source)
 
 

@@ -305,6 +305,7 @@ class Inventory:
             nodes.append(Node(name=nd["name"], labels=labels, taints=taints, capacity=capacity,
                               allocatable=allocatable, gpu=gpu, topology=topology,
                               unschedulable=bool(nd.get("unschedulable", False))))
+        check_unique_names([n.name for n in nodes], source, "nodes[{}].name")
         return cls(tuple(nodes), source=source)
 
 
@@ -482,8 +483,19 @@ def from_kubectl_json(data: Any, source: str | None = None) -> Inventory:
     if len(items) > MAX_NODES:
         raise InventoryError(too_many_nodes(len(items)), source=source, field=f"items[{MAX_NODES}]",
                              code="GV038")
-    return Inventory(tuple(node_from_kubectl_item(item, source, i) for i, item in enumerate(items)),
-                     source=source)
+    nodes = tuple(node_from_kubectl_item(item, source, i) for i, item in enumerate(items))
+    check_unique_names([n.name for n in nodes], source, "items[{}].metadata.name")
+    return Inventory(nodes, source=source)
+
+
+def check_unique_names(names: list[str], source: str | None, field: str) -> None:
+    """A node name given twice, placed at its second occurrence (GV018)."""
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            raise InventoryError(f"node {name!r} is listed twice; node names are unique", source=source,
+                                 field=field.format(i), code="GV018")
+        seen.add(name)
 
 
 def node_from_kubectl_item(item: Any, source: str | None, index: int) -> Node:
