@@ -203,6 +203,8 @@ CODES = {
               "keep one of them: readers disagree about which one wins"),
     "GV040": ("an output path of the wrong kind (a file where a folder belongs, or the reverse)",
               "give a folder for several files (ending in /), a file name for one"),
+    "GV041": ("remediation controller options, config or kubeconfig invalid",
+              "fix the option or key the message names (docs/self-healing.md lists them)"),
     "GV100": ("bad input", "fix the value the message names"),
 }
 
