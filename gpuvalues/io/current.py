@@ -36,17 +36,49 @@ from typing import Any, Mapping, Sequence
 
 from gpuvalues.catalog import get_gpu
 from gpuvalues.errors import CatalogError, GpuValuesError, PlanError
+from gpuvalues.kube import label_problem, node_name_problem
 from gpuvalues.planners import mig
 from gpuvalues.planners.deviceplugin import CONFIG_LABEL
 from gpuvalues.planners.inventory import KIND as INVENTORY_KIND, Inventory
 from gpuvalues.planners.migparted import MIG_CONFIG_LABEL, validate_mig_parted_config
 from gpuvalues.planners.replan import CurrentLayout, CurrentNode
-from gpuvalues.yamlio import Loaded, format_path, load_yaml
+from gpuvalues.yamlio import Loaded, format_path, load_yaml, parse_field
 
 
-def _err(loaded: Loaded, path: tuple, msg: str) -> PlanError:
-    line, col = loaded.positions.get(path, loaded.positions.get(path[:-1], (None, None)))
-    return PlanError(msg, source=loaded.source, line=line, column=col, field=format_path(path) or None)
+# A node runs at most a few hundred pods (the kubelet's default max-pods is 110) and a GPU
+# at most 7 MIG instances (mig.place refuses more): bounds far above both, checked before
+# any loop runs over a count.
+MAX_PODS = 100_000
+MAX_INSTANCES = 1024
+
+
+def _err(loaded: Loaded, path: tuple, msg: str, code: str | None = None, *, key: bool = False) -> PlanError:
+    line, col = loaded.position(path, key=key)
+    return PlanError(msg, source=loaded.source, line=line, column=col, field=format_path(path) or None,
+                     code=code)
+
+
+def _count(loaded: Loaded, path: tuple, value: Any, what: str, most: int) -> int:
+    """`value` as a count in 0..most, else a placed PlanError (GV000 type, GV038 range)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _err(loaded, path, f"{what} must be a non-negative integer, got {value!r}", "GV000")
+    if value < 0:
+        raise _err(loaded, path, f"{what} must be a non-negative integer, got {value!r}", "GV038")
+    if value > most:
+        raise _err(loaded, path, f"{what} must be at most {most:,}, got {value!r}", "GV038")
+    return value
+
+
+def _check_labels(loaded: Loaded, path: tuple, labels: Any) -> Mapping:
+    if not isinstance(labels, Mapping):
+        raise _err(loaded, path, f"labels must be a mapping of label keys to values, got "
+                                 f"{type(labels).__name__}", "GV000")
+    for key, value in labels.items():
+        problem = label_problem(key, value)
+        if problem:
+            bad_key = label_problem(key, "") is not None     # point at the key, else the value
+            raise _err(loaded, path + (key,), problem, "GV037", key=bad_key)
+    return labels
 
 
 def load_current(path: str | Path, pools: Sequence[Any]) -> CurrentLayout:
@@ -67,6 +99,9 @@ def load_current(path: str | Path, pools: Sequence[Any]) -> CurrentLayout:
 
 def _pool_of(loaded, path, name, explicit, labels, by_name):
     pool = explicit if explicit is not None else labels.get(CONFIG_LABEL)
+    if pool is not None and not isinstance(pool, str):
+        raise _err(loaded, path + ("pool",), f"node {name!r}: pool must be a pool name (a string), got "
+                                             f"{type(pool).__name__}", "GV000")
     if pool is None:
         raise _err(loaded, path, f"node {name!r}: say its pool (`pool:` or the {CONFIG_LABEL} label)")
     if pool not in by_name:
@@ -82,8 +117,7 @@ def _canonical(gpu, devices: Mapping, loaded, path) -> dict[str, int]:
             name = gpu.profile(str(prof)).name   # accepts driver-branch aliases (GB200 1g.24gb)
         except CatalogError as exc:
             raise _err(loaded, path + (prof,), exc.message) from None
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise _err(loaded, path + (prof,), f"instance count must be a non-negative integer, got {count!r}")
+        _count(loaded, path + (prof,), count, "instance count", MAX_INSTANCES)
         out[name] = out.get(name, 0) + count
     return out
 
@@ -104,15 +138,21 @@ def _from_mig_parted(loaded: Loaded, by_name) -> CurrentLayout:
     out = []
     for name, nd in nodes_doc.items():
         path = ("nodes", name)
+        problem = node_name_problem(name)
+        if problem:
+            raise _err(loaded, path, problem, "GV037", key=True)
         if not isinstance(nd, Mapping):
-            raise _err(loaded, path, f"node {name!r}: expected a mapping with labels (and optionally pool, pods)")
-        labels = nd.get("labels", {})
-        if not isinstance(labels, Mapping):
-            raise _err(loaded, path + ("labels",), "labels must be a mapping")
+            raise _err(loaded, path, f"node {name!r}: expected a mapping with labels (and optionally pool, pods)",
+                       "GV000")
+        unknown = sorted(set(nd) - {"labels", "pool", "pods"}, key=str)
+        if unknown:
+            raise _err(loaded, path + (unknown[0],), f"node {name!r}: unknown key {unknown[0]!r} "
+                                                     "(a node has labels, pool and pods)", "GV000")
+        labels = _check_labels(loaded, path + ("labels",), nd.get("labels", {}))
         pool = _pool_of(loaded, path, name, nd.get("pool"), labels, by_name)
         pods = nd.get("pods")
-        if pods is not None and (not isinstance(pods, int) or isinstance(pods, bool) or pods < 0):
-            raise _err(loaded, path + ("pods",), f"pods must be a non-negative integer, got {pods!r}")
+        if pods is not None:
+            _count(loaded, path + ("pods",), pods, "pods", MAX_PODS)
         config = labels.get(MIG_CONFIG_LABEL)
         gpu = get_gpu(pool.gpu)
         gpus: list = [None] * pool.gpus_per_node
@@ -165,7 +205,7 @@ def _from_inventory(loaded: Loaded, by_name) -> CurrentLayout:
     try:
         inv = Inventory.from_dict(loaded.data, source=loaded.source)
     except GpuValuesError as exc:
-        raise PlanError(exc.message, source=loaded.source, field=exc.field) from None
+        raise _err(loaded, parse_field(loaded.data, exc.field), exc.message, exc.code) from None
     where = {nd.get("name"): i for i, nd in enumerate(loaded.data.get("nodes") or []) if isinstance(nd, Mapping)}
     out = []
     for node in inv.nodes:
