@@ -64,3 +64,17 @@ def test_model_paths_refuse_shell_syntax(schema, defs, value):
 def test_model_paths_take_ids_and_nested_paths():
     for value in ("meta-llama/Llama-3.1-8B-Instruct", "models/llama/v1.2", "resnet50", "a_b/c.d"):
         assert ok({"$ref": "#/$defs/modelPath"}, SPEC["$defs"], value), value
+
+
+LABEL_ALPHABET = "aZ09-_./ $"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(LABEL_ALPHABET, max_size=8) | st.builds(lambda n: "a" * n, st.integers(60, 66)))
+def test_schema_label_rules_agree_with_gpuvalues_kube(text):
+    """The values schema's labelKey/labelValue and gpuvalues.kube's rules are one rule."""
+    from gpuvalues import kube
+    key = jsonschema.Draft202012Validator({"$ref": "#/$defs/labelKey", "$defs": VALUES["$defs"]})
+    value = jsonschema.Draft202012Validator({"$ref": "#/$defs/labelValue", "$defs": VALUES["$defs"]})
+    assert value.is_valid(text) == kube.is_label_value(text), text
+    assert key.is_valid(text) == kube.is_label_key(text), text
