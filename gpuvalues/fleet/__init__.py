@@ -153,6 +153,10 @@ def _shortage_findings(spec: Spec, layout: Layout, placements: list[Placement]) 
         severe = fixed or any(s.got == 0 for s in items)
         text = "; ".join(f"{s.workload} wants {s.wanted} replicas, gets {s.got} ({s.why})"
                          for s in items)
+        holders = sorted(layout.held.get(pool_name, {}).items(), key=lambda kv: (-kv[1], kv[0]))
+        if any(n for _, n in holders):     # who holds the capacity, not only who is starved
+            text += "; its GPUs are held by " + ", ".join(
+                f"{w} ({n} GPU{'s' if n != 1 else ''})" for w, n in holders if n)
         source, line, col = spec.position("cluster", "nodePools", pi)
         out.append(Finding("GV015", f"pool {pool_name} cannot hold its workloads at peak: {text}",
                            f"cluster.nodePools[{pi}]", source, line, col,

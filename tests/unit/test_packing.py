@@ -1,0 +1,133 @@
+"""Placement that packs what users run (issue 23): whole-GPU and tensor-parallel replicas
+share nodes with MIG GPUs (mig-parted sets MIG per device; the device plugin's mixed
+strategy advertises `nvidia.com/gpu` beside `nvidia.com/mig-*`), tensor-parallel replicas
+stay inside a node's NVLink islands, and a pool that cannot hold its peak says which
+workloads hold its GPUs, with a registered code."""
+from __future__ import annotations
+
+import pytest
+
+from gpuvalues.checks.fleet import check_fleet
+from gpuvalues.checks.spec import load_spec, spec_from_text
+from gpuvalues.fleet import build_fleet, expected_nodes
+from gpuvalues.planners import migparted
+from tests.conftest import ROOT
+
+TOPO = ROOT / "tests" / "unit" / "data" / "topo"
+
+
+def fleet(text: str, name: str = "f.yaml", folder=None):
+    if folder is not None:
+        path = folder / name
+        path.write_text(text)
+        return check_fleet(build_fleet(load_spec(path)))
+    return check_fleet(build_fleet(spec_from_text(text, name)))
+
+
+def codes(f) -> list[str]:
+    return [x.code for x in f.errors]
+
+
+TP_AND_MIG = """\
+apiVersion: gpuvalues/v1
+cluster:
+  nodePools:
+    - {{name: a100, gpu: A100-80GB, gpusPerNode: 8, nodes: {nodes}, mig: true, topology: {{label: NV8}}}}
+workloads:
+  - {{name: tp, model: big, gpus: 4, tensorParallel: 4, sharing: whole}}
+  - {{name: small, model: s, memoryGB: {small_gb}, sharing: mig}}
+autoscaling: {{engine: hpa, maxReplicas: {replicas}}}
+"""
+
+
+def test_28_tp_gpus_and_2_mig_gpus_fit_32():
+    # 7 x TP4 = 28 GPUs on 4 nodes (the 4th half full); 7 x 1g.20gb (4 per GPU) need 2 GPUs
+    f = fleet(TP_AND_MIG.format(nodes=4, small_gb=15, replicas=7))
+    assert codes(f) == []
+    assert f.layout.units == {"tp": 28, "small": 7}
+    mixed = [g for g in f.layout.groups_of("a100") if g.mig_devices and None in g.mig_devices
+             and any(g.mig_devices)]
+    (g,) = mixed
+    assert g.nodes == 1 and g.mig_devices[:4] == (None,) * 4       # the TP4 replica's GPUs
+    assert sum(1 for d in g.mig_devices if d) == 2
+    assert set(g.workloads) == {"tp", "small"}
+    # the node side says the same: mig-parted keeps MIG off on the whole GPUs of that node
+    node = [n for n in expected_nodes(f).nodes if n.name.startswith(g.name)][0]
+    assert node.allocatable["nvidia.com/gpu"] == 6 and node.allocatable["nvidia.com/mig-1g.20gb"] == 8
+    migparted.validate_mig_parted_config(f.layout.mig_parted)
+
+
+def test_six_one_gpu_replicas_leave_the_rest_of_their_node_to_mig():
+    text = """\
+apiVersion: gpuvalues/v1
+cluster:
+  nodePools:
+    - {name: a100, gpu: A100-80GB, gpusPerNode: 8, nodes: 1, mig: true}
+workloads:
+  - {name: whole1, model: w, gpus: 1, sharing: whole}
+  - {name: small, model: s, memoryGB: 8, sharing: mig}
+autoscaling: {engine: hpa, maxReplicas: 6}
+"""
+    f = fleet(text)
+    assert codes(f) == []
+    assert f.layout.units == {"whole1": 6, "small": 6}
+    (g,) = f.layout.groups_of("a100")
+    assert sum(d is None for d in g.mig_devices) == 7 and g.nodes == 1
+
+
+def test_tp_replicas_stay_inside_the_nvlink_group_of_a_degraded_node(tmp_path):
+    # GPU7 is off the NVSwitch fabric: one TP4 replica per node (GPUs 0-6 hold one set of
+    # four NVLinked GPUs plus three), not two
+    (tmp_path / "topo.txt").write_text((TOPO / "hgx-h100-degraded-gpu7.txt").read_text())
+    text = """\
+apiVersion: gpuvalues/v1
+cluster:
+  nodePools:
+    - {name: h100, gpu: H100-80GB-SXM, gpusPerNode: 8, nodes: 2, topology: {file: topo.txt}}
+workloads:
+  - {name: tp, model: big, gpus: 4, tensorParallel: 4, sharing: whole}
+autoscaling: {engine: hpa, maxReplicas: 4}
+"""
+    f = fleet(text, folder=tmp_path)
+    (err,) = [x for x in f.errors if x.code == "GV015"]
+    assert "tp wants 4 replicas, gets 2" in err.message
+    assert f.layout.units["tp"] == 8
+    # one-GPU replicas still use every GPU, GPU7 included
+    one = text.replace("gpus: 4, tensorParallel: 4", "gpus: 1").replace("maxReplicas: 4", "maxReplicas: 16")
+    assert fleet(one, folder=tmp_path).layout.units["tp"] == 16
+
+
+def test_a_shortage_names_the_workloads_holding_the_pool():
+    text = """\
+apiVersion: gpuvalues/v1
+cluster:
+  nodePools:
+    - {name: l40s, gpu: L40S, gpusPerNode: 8, nodes: 2}
+workloads:
+  - {name: a, model: a, gpus: 6, sharing: whole}
+  - {name: b, model: b, gpus: 4, sharing: whole}
+autoscaling: {engine: hpa, maxReplicas: 2}
+"""
+    (err,) = fleet(text).errors
+    assert err.code == "GV015"
+    assert "b wants 2 replicas, gets 0" in err.message
+    assert "held by a (12 GPUs)" in err.message and "b (" not in err.message
+
+
+def test_an_oversubscribed_mig_pool_is_a_placed_shortage_not_bad_input():
+    text = """\
+apiVersion: gpuvalues/v1
+cluster:
+  nodePools:
+    - {name: a100, gpu: A100-80GB, gpusPerNode: 1, nodes: 2, mig: true}
+workloads:
+  - {name: a, model: a, memoryGB: 30, sharing: mig}
+  - {name: b, model: b, memoryGB: 15, sharing: mig}
+  - {name: c, model: c, memoryGB: 8, sharing: mig}
+autoscaling: {engine: hpa, maxReplicas: 3}
+"""
+    f = fleet(text)
+    assert codes(f) == ["GV015"]
+    (err,) = f.errors
+    assert (err.path, err.line) == ("cluster.nodePools[0]", 4)
+    assert "gets 0" in err.message and "held by" in err.message
