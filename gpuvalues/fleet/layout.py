@@ -30,7 +30,7 @@ from gpuvalues.fleet.spec import NodePool, Spec
 from gpuvalues.planners import deviceplugin, migparted, topology
 from gpuvalues.yamlio import format_path, read_text
 
-__all__ = ["NodeGroup", "Shortage", "Layout", "lay_out", "DEFAULT_DEVICE_PLUGIN_CONFIG"]
+__all__ = ["NodeGroup", "Shortage", "Layout", "lay_out", "choose_pools", "DEFAULT_DEVICE_PLUGIN_CONFIG"]
 
 # The device plugin's config for nodes without the config label (no sharing, no MIG).
 DEFAULT_DEVICE_PLUGIN_CONFIG = {"version": "v1", "flags": {"migStrategy": "none"}}
@@ -93,6 +93,52 @@ def _unique(name: str, used: set[str]) -> str:
         n += 1
     used.add(name)
     return name
+
+
+def _kind(p: Placement) -> tuple:
+    """What a placement needs of its pool's device-plugin config (two kinds that differ
+    cannot share a pool, see lay_out); whole GPUs go with any but DRA."""
+    if p.mode == "shared":
+        return ("shared", p.sharing, p.replicas_per_gpu, p.renamed)
+    return (p.mode,) if p.mode in ("mig", "dra") else ()
+
+
+def _gpus_for(p: Placement, peak: int) -> int:
+    """GPUs `peak` replicas of `p` take at most, alone on their GPUs."""
+    return p.count * peak if p.whole_gpus else -(-peak // max(p.units_per_gpu, 1))
+
+
+def choose_pools(spec: Spec, options: Sequence[Sequence[Placement]],
+                 peak_of) -> list[Placement]:
+    """One placement per workload from its candidates (`placement.candidates`, one per pool
+    that can host it): in spec order, the first pool whose GPUs not yet claimed hold the
+    workload's peak (`peak_of(placement)`: replicas; GPUs as `_gpus_for` counts them, an
+    estimate: node packing and MIG sharing are the layout's) and whose other workloads it
+    can share nodes with; else the compatible pool with the most GPUs left, where the
+    layout reports what does not fit (GV015). So `sharing: auto` and workloads without a
+    nodePool spread over every pool that can serve them, instead of all taking the first."""
+    left = {pool.name: pool.gpus for pool in spec.node_pools}
+    kinds: dict[str, set] = {pool.name: set() for pool in spec.node_pools}
+
+    def fits_with(p: Placement) -> bool:
+        have, mine = kinds[p.pool.name], _kind(p)
+        if ("dra",) in have or mine == ("dra",):
+            return not have or have == {("dra",)} and mine == ("dra",)
+        shared = {k for k in have if k and k[0] == "shared"}
+        if mine and mine[0] == "shared":
+            return ("mig",) not in have and shared <= {mine}
+        return not (mine == ("mig",) and shared)
+
+    chosen = []
+    for opts in options:
+        ok = [p for p in opts if fits_with(p)] or list(opts)
+        need = {id(p): _gpus_for(p, peak_of(p)) for p in ok}
+        pick = next((p for p in ok if left[p.pool.name] >= need[id(p)]), None) \
+            or max(ok, key=lambda p: (left[p.pool.name], -ok.index(p)))
+        left[pick.pool.name] -= need[id(pick)]
+        kinds[pick.pool.name].add(_kind(pick))
+        chosen.append(pick)
+    return chosen
 
 
 def _islands(spec: Spec, pool: NodePool) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:

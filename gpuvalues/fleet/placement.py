@@ -15,11 +15,11 @@ from typing import Any
 
 from gpuvalues import catalog, yamlio
 from gpuvalues.catalog import GpuModel, MigProfile
-from gpuvalues.errors import CatalogError, PlanError, SpecError
+from gpuvalues.errors import CatalogError, GpuValuesError, PlanError, SpecError
 from gpuvalues.fleet.spec import NodePool, Spec, Workload
 from gpuvalues.planners import deviceplugin, mig
 
-__all__ = ["Placement", "place", "usable_gib", "spec_error"]
+__all__ = ["Placement", "place", "candidates", "usable_gib", "spec_error"]
 
 # Resources a pod requests, per chart gpu.mode (the device plugin's names; shared
 # replicas are renamed, k8s-device-plugin api/config/v1 `renameByDefault`).
@@ -108,8 +108,27 @@ def _gib(x: float) -> str:
 
 
 def place(spec: Spec, wi: int) -> Placement:
-    """The placement of workload `wi`, or a `PlanError` placed at the workload that says
-    why no pool can host it (each pool's reason)."""
+    """The placement of workload `wi` on the first pool that can host it, or a `PlanError`
+    placed at the workload that says why no pool can host it (each pool's reason)."""
+    return candidates(spec, wi)[0]
+
+
+def candidates(spec: Spec, wi: int) -> tuple[Placement, ...]:
+    """The placements of workload `wi` on every pool that can host it, in pool order (its
+    `nodePool` only, when set); `fleet.layout.choose_pools` picks one. Raises as `place`
+    does when none can; a later pool's own error only drops that pool."""
+    pools = spec.pools_for(spec.workloads[wi])
+    found: list[Placement] = []
+    for pool in pools:
+        try:
+            found.append(_place_on(spec, wi, (pool,)))
+        except GpuValuesError:
+            continue
+    return tuple(found) or (_place_on(spec, wi, pools),)   # none: raises every pool's reason
+
+
+def _place_on(spec: Spec, wi: int, pools: tuple[NodePool, ...]) -> Placement:
+    """The placement of workload `wi` on the first of `pools` that can host it."""
     w = spec.workloads[wi]
     sharing = spec.sharing_for(w)
     at = ("workloads", wi)
@@ -118,7 +137,7 @@ def place(spec: Spec, wi: int) -> Placement:
     headroom = f" + {spec.memory_headroom:.0%} headroom" if spec.memory_headroom else ""
     asked = f"{_gib(w.memory_gib)}{headroom}" if need else ""     # for messages
     problems: list[tuple[str, str]] = []        # (code, why not this pool)
-    for pool in spec.pools_for(w):
+    for pool in pools:
         gpu = _gpu(spec, pool)
         whole = _whole_gpus(need, w, gpu)
         single = whole == 1 and w.tensor_parallel == 1 and (w.gpus or 1) == 1

@@ -131,3 +131,42 @@ autoscaling: {engine: hpa, maxReplicas: 3}
     (err,) = f.errors
     assert (err.path, err.line) == ("cluster.nodePools[0]", 4)
     assert "gets 0" in err.message and "held by" in err.message
+
+
+TWO_POOLS = """\
+apiVersion: gpuvalues/v1
+cluster:
+  nodePools:
+    - {{name: a, gpu: L40S, gpusPerNode: 8, nodes: 1}}
+    - {{name: b, gpu: L40S, gpusPerNode: 8, nodes: 1}}
+workloads:
+  - {{name: w1, model: m1, gpus: 2}}
+  - {{name: w2, model: m2, gpus: 2}}
+  - {{name: w3, model: m3, memoryGB: 8}}
+sharing: auto
+autoscaling: {{engine: hpa, maxReplicas: {replicas}}}
+"""
+
+
+def test_auto_sharing_spreads_workloads_over_the_pools_that_can_serve_them():
+    # w1 and w2 take 4 x 2 GPUs each: one pool each, not both on the first (where w2 got
+    # nothing and pool b stayed idle)
+    f = fleet(TWO_POOLS.format(replicas=4).replace("  - {name: w3, model: m3, memoryGB: 8}\n", ""))
+    assert codes(f) == [] and not [x for x in f.findings if x.code == "GV015"]
+    assert {p.workload: p.pool.name for p in f.placements} == {"w1": "a", "w2": "b"}
+    assert f.layout.units == {"w1": 8, "w2": 8}
+
+
+def test_auto_sharing_that_cannot_fit_anywhere_is_a_placed_finding():
+    f = fleet(TWO_POOLS.format(replicas=5))
+    short = [x for x in f.errors if x.code == "GV015"]
+    assert short and all(x.path.startswith("cluster.nodePools[") and x.line for x in short)
+    # every pool is used before anything is refused
+    assert {p.pool.name for p in f.placements} == {"a", "b"}
+
+
+def test_an_explicit_node_pool_is_kept():
+    text = TWO_POOLS.format(replicas=4).replace("{name: w2, model: m2, gpus: 2}",
+                                                "{name: w2, model: m2, gpus: 2, nodePool: a}")
+    f = fleet(text)
+    assert {p.workload: p.pool.name for p in f.placements}["w2"] == "a"
