@@ -135,7 +135,8 @@ def cmd_update(args: argparse.Namespace) -> int:
     from gpuvalues.io import update
 
     changes = update.parse_sets(args.set or [], as_string=args.string)
-    warnings = update.update_values(args.file, changes, validate=not args.no_validate)
+    warnings = update.update_values(args.file, changes, validate=not args.no_validate,
+                                    typed=not args.string)
     for w in warnings:
         say(args, str(w))
     say(args, f"updated {args.file}: {', '.join(changes)}")
@@ -467,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("update", help="change a values.yaml in place, keeping comments and order")
     p.add_argument("file", metavar="VALUES", help="values file to edit in place")
     p.add_argument("--set", action="append", metavar="PATH=VALUE",
-                   help="a.b[0].c=value (value read as Helm reads plain YAML); repeatable")
+                   help="a.b[0].c=value (typed as helm --set types it; a number where the chart's schema takes one); repeatable")
     p.add_argument("--string", action="store_true", help="take every value as a string")
     p.add_argument("--no-validate", action="store_true",
                    help="skip schema and semantic checks (YAML typing is still checked)")
