@@ -51,11 +51,14 @@ class Placement:
 
     @property
     def resource(self) -> str:
-        """The extended resource each pod requests (`dra`: devices through a claim)."""
+        """The extended resource each pod requests; `dra`: the DeviceClass its
+        ResourceClaimTemplate claims devices of (the chart's gpu.dra.deviceClassName)."""
         if self.mode == "mig":
             return catalog.mig_resource_name(self.mig_profile)
         if self.mode == "shared":
             return SHARED_RESOURCE if self.renamed else WHOLE_RESOURCE
+        if self.mode == "dra":
+            return f"{deviceplugin.DRA_GPU_CLASS} (DRA claim)"
         return WHOLE_RESOURCE
 
     @property

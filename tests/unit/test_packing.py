@@ -170,3 +170,23 @@ def test_an_explicit_node_pool_is_kept():
                                                 "{name: w2, model: m2, gpus: 2, nodePool: a}")
     f = fleet(text)
     assert {p.workload: p.pool.name for p in f.placements}["w2"] == "a"
+
+
+def test_dra_workloads_are_listed_with_their_device_class():
+    from gpuvalues import pipeline
+    from gpuvalues.io import present
+    f = build_fleet(load_spec(ROOT / "examples" / "dra-fleet.yaml"))
+    assert {p.resource for p in f.placements} == {"gpu.nvidia.com (DRA claim)"}
+    data = pipeline.plan_data(f)
+    assert {w["resource"] for w in data["workloads"]} == {"gpu.nvidia.com (DRA claim)"}
+    assert "nvidia.com/gpu " not in present.plan_table(data)
+    # what the chart claims: the release's ResourceClaimTemplate uses that DeviceClass
+    release = f.release("llama-70b").values
+    assert release["gpu"]["mode"] == "dra"
+    assert release["gpu"].get("dra", {}).get("deviceClassName", "gpu.nvidia.com") == "gpu.nvidia.com"
+
+
+def test_the_dra_device_class_is_the_charts_default():
+    from gpuvalues.checks.rules import chart_defaults
+    from gpuvalues.planners.deviceplugin import DRA_GPU_CLASS
+    assert chart_defaults()["gpu"]["dra"]["deviceClassName"] == DRA_GPU_CLASS
