@@ -462,9 +462,11 @@ def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_conf
             if gpu.device_filter:
                 filters[name] = list(gpu.device_filter)
             labels = {**migparted.node_labels(name), deviceplugin.CONFIG_LABEL: pool.name, **topo}
-            runs = tuple(p.workload for p in mine)
+            # who runs there: the MIG workloads whose profile it has, and the whole-GPU
+            # ones when a GPU keeps MIG off
+            runs = tuple(p.workload for p in mine if any(d and p.mig_profile in d for d in devices))
             if None in devices and whole_names:
-                runs += whole_names              # its MIG-disabled GPUs serve whole replicas
+                runs += whole_names
             groups.append(NodeGroup(name, pool.name, count, labels, pool.name, devices, runs))
             used += count
         used -= partial_used.get(pool.name, 0)  # partly whole nodes are counted below
