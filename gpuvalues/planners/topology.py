@@ -704,6 +704,8 @@ def topology_report(topo: Topology, *, best: int | None = None, available: Itera
         "gpus": list(topo.gpus),
         "links": {f"GPU{a}": {f"GPU{b}": topo.link(a, b) for b in topo.gpus if b != a} for a in topo.gpus},
         "nvlinkCliques": [list(c) for c in topo.nvlink_cliques()],
+        # disjoint groups a tensor-parallel pod's GPUs must stay in; the rest have no NVLink
+        "nvlinkIslands": [list(g) for g in topo.nvlink_islands()],
         "nvswitch": topo.nvswitch,
         "numaAffinity": {f"GPU{g}": v for g, v in zip(topo.gpus, topo.numa_affinity)} if topo.numa_affinity else {},
         "labels": topo.labels(prefix=prefix, key=key),
