@@ -469,8 +469,7 @@ def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_conf
                 runs += whole_names
             groups.append(NodeGroup(name, pool.name, count, labels, pool.name, devices, runs))
             used += count
-        used -= partial_used.get(pool.name, 0)  # partly whole nodes are counted below
-        rest = pool.nodes - used - partial_used.get(pool.name, 0)   # MIG off on every GPU
+        rest = pool.nodes - used          # nodes with MIG off on every GPU
         if rest > 0:
             name = _unique(f"{pool.name}-whole", used_names)
             mig_configs[name] = [None] * pool.gpus_per_node
