@@ -389,7 +389,10 @@ def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_conf
         for idx in partial:
             counted[idx] = counted.get(idx, 0) + 1
         for j, (idx, count) in enumerate(sorted(counted.items(), key=lambda kv: (-len(kv[0]), kv[0]))):
-            parts[f"{pool.name[:40]}.{len(idx)}gpu" + (f"-{j + 1}" if j else "")] = (pool.name, idx, count)
+            name = f"{pool.name[:40]}.{len(idx)}gpu" + (f"-{j + 1}" if j else "")
+            parts[name] = (pool.name, idx, count)
+            notes.append(f"MIG planner pool {name}: GPUs {', '.join(map(str, idx))} of {count} "
+                         f"{pool.name} node(s) whose other GPUs serve whole-GPU replicas")
     by_pool = {pool.name: pool for pool, *_ in mig_pools}
     members = [p for p in placements if p.mode == "mig" and p.pool.name in by_pool]
     demands = []
