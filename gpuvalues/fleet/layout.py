@@ -403,7 +403,8 @@ def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_conf
         w = next(w for w in spec.workloads if w.name == p.workload)
         demands.append(milp.ModelDemand(p.workload, replicas=min(peaks[p.workload], p.units_per_gpu * gpus),
                                         memory_gb=w.memory_gib / GIB_PER_GB if w.memory_gib else None,
-                                        allowed_profiles=(p.mig_profile,), pools=tuple(mine)))
+                                        allowed_profiles=(p.gpu.profile(p.mig_profile).name,),
+                                        pools=tuple(mine)))
     inputs = [milp.NodePool(name, by_pool[owner].gpu, len(idx) if idx else by_pool[owner].gpus_per_node,
                             count, mig_enabled=True, price_per_gpu=by_pool[owner].price_per_gpu_hour)
               for name, (owner, idx, count) in parts.items()]
@@ -433,8 +434,13 @@ def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_conf
                         units[inst.model] = units.get(inst.model, 0) + g.count
                 for m in models:
                     held.setdefault(owner, {})[m] = held.get(owner, {}).get(m, 0) + g.count
+            # the planner names profiles as the catalog does; a workload asking for a
+            # driver branch's name (GB200 1g.24gb) gets that name on its nodes
+            named = {p.gpu.profile(p.mig_profile).name: p.mig_profile for p in members
+                     if p.pool.name == owner}
             for ng in pp.node_groups:
-                devices = tuple(dict(d) if d else None for d in ng.devices)
+                devices = tuple({named.get(k, k): v for k, v in dict(d).items()} if d else None
+                                for d in ng.devices)
                 if idx is not None:
                     full: list = [None] * n
                     for pos, gi in enumerate(idx):

@@ -201,10 +201,13 @@ def _place_on(spec: Spec, wi: int, pools: tuple[NodePool, ...]) -> Placement:
                                      f"holds {asked}"))
                     continue
             per = mig.max_instances(gpu, prof.name)
-            why = (f"mig: {prof.name} ({_gib(usable_gib(prof))} usable"
+            # a driver branch's name the spec asks for (GB200 1g.24gb) is what the device
+            # plugin advertises and mig-parted must be given: keep it
+            name = sharing.mig_profile if sharing.mig_profile in prof.aliases else prof.name
+            why = (f"mig: {name} ({_gib(usable_gib(prof))} usable"
                    + (f" >= {asked} needed" if need else "")
                    + f"), {per} per {gpu.name}")
-            return Placement(w.name, pool, gpu, "mig", 1, "mig", mig_profile=prof.name,
+            return Placement(w.name, pool, gpu, "mig", 1, "mig", mig_profile=name,
                              units_per_gpu=per, why=why)
         # time-slicing / MPS: replicas per GPU from memory, within the device plugin's limits
         if sharing.replicas_per_gpu:

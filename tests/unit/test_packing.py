@@ -190,3 +190,29 @@ def test_the_dra_device_class_is_the_charts_default():
     from gpuvalues.checks.rules import chart_defaults
     from gpuvalues.planners.deviceplugin import DRA_GPU_CLASS
     assert chart_defaults()["gpu"]["dra"]["deviceClassName"] == DRA_GPU_CLASS
+
+
+def test_gb200_newer_driver_profile_name_is_kept_end_to_end():
+    # newer drivers name GB200's one-slice profile 1g.24gb (NVIDIA/gpu-operator#1303
+    # `nvidia-smi mig -lgip`); the device plugin then advertises nvidia.com/mig-1g.24gb and
+    # mig-parted must be given that name: the fleet keeps the name the spec asks for
+    text = """\
+apiVersion: gpuvalues/v1
+cluster:
+  nodePools:
+    - {name: gb, gpu: GB200, gpusPerNode: 4, nodes: 1, mig: true}
+workloads:
+  - {name: small, model: s, memoryGB: 10, sharing: {mode: mig, migProfile: 1g.24gb}}
+autoscaling: {engine: hpa, maxReplicas: 5}
+"""
+    f = fleet(text)
+    assert codes(f) == []
+    (p,) = f.placements
+    assert p.resource == "nvidia.com/mig-1g.24gb"
+    assert f.release("small").values["gpu"]["mig"]["profile"] == "1g.24gb"
+    devices = [e.get("mig-devices") for entries in f.layout.mig_parted["mig-configs"].values()
+               for e in entries if e.get("mig-enabled")]
+    assert devices and all(set(d) == {"1g.24gb"} for d in devices)
+    assert f.layout.units["small"] == 5
+    node = expected_nodes(f).nodes[0]
+    assert node.allocatable.get("nvidia.com/mig-1g.24gb", 0) >= 5
