@@ -79,6 +79,10 @@ class Layout:
     notes: tuple[str, ...] = ()
     shortages: tuple[Shortage, ...] = ()
     held: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # pool -> workload -> GPUs
+    # MIG planner pool (`plan.pools[i].pool.name`) -> (spec pool, the GPU indices of each of
+    # its nodes it covers; None: every GPU): `<pool>.<k>gpu` pools are the GPUs whole-GPU
+    # replicas leave free on their nodes
+    mig_parts: Mapping[str, tuple[str, tuple[int, ...] | None]] = field(default_factory=dict)
 
     def groups_of(self, pool: str) -> tuple[NodeGroup, ...]:
         """The node groups of one pool."""
@@ -342,14 +346,15 @@ def lay_out(spec: Spec, placements: Sequence[Placement], peaks: Mapping[str, int
                                         labels, None, workloads=whole_names))
 
     plan = None
+    parts: dict[str, tuple[str, tuple[int, ...] | None, int]] = {}
     if mig_pools:
         plan = _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_configs,
-                           filters, units, notes, shortages, used_names, held,
+                           filters, units, notes, shortages, used_names, held, parts,
                            dict(objective=objective, baselines=baselines, time_limit=time_limit))
     mig_parted = migparted.build_mig_parted_config(mig_configs, device_filters=filters or None) \
         if mig_configs else None
     return Layout(tuple(groups), mig_parted, dp_configs, units, plan, tuple(notes),
-                  tuple(shortages), held)
+                  tuple(shortages), held, {k: (owner, idx) for k, (owner, idx, _) in parts.items()})
 
 
 def _share_out(members: Sequence[Placement], peaks: Mapping[str, int], slots: int,
@@ -373,7 +378,7 @@ def _share_out(members: Sequence[Placement], peaks: Mapping[str, int], slots: in
 
 
 def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_configs, filters,
-                units, notes, shortages, used_names, held, solve):
+                units, notes, shortages, used_names, held, parts, solve):
     """Step 3: the MIG pools' layout by the optimal planner, one solve for all of them.
 
     A pool's free nodes are one planner pool; the free GPUs of its nodes that whole-GPU
@@ -381,7 +386,7 @@ def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_conf
     free GPU indices), so MIG fills them and mig-parted leaves MIG off on the rest."""
     from gpuvalues.planners import milp   # HiGHS + numpy: imported only when MIG is planned
 
-    parts: dict[str, tuple[str, tuple[int, ...] | None, int]] = {}   # planner pool -> (pool, GPUs, nodes)
+    # parts (filled here): planner pool -> (pool, GPU indices or None for all, nodes)
     for pool, free, _, partial, _, _ in mig_pools:
         if free > 0:
             parts[pool.name] = (pool.name, None, free)

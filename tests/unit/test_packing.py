@@ -45,6 +45,7 @@ def test_28_tp_gpus_and_2_mig_gpus_fit_32():
     f = fleet(TP_AND_MIG.format(nodes=4, small_gb=15, replicas=7))
     assert codes(f) == []
     assert f.layout.units == {"tp": 28, "small": 7}
+    assert f.layout.mig_parts == {"a100.4gpu": ("a100", (4, 5, 6, 7))}
     mixed = [g for g in f.layout.groups_of("a100") if g.mig_devices and None in g.mig_devices
              and any(g.mig_devices)]
     (g,) = mixed
