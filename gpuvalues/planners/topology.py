@@ -205,10 +205,11 @@ class Topology:
         """Node labels: the topology label under `key`, and facts under `prefix`.
 
         `key` (default `nvidia.com/gpu.topology`, the seed's key; NVIDIA's GFD publishes
-        no such label) carries `NV<k>`/`PCIe`. Under `prefix`: `nvlink-clique-size`,
-        `nvlink-cliques` (how many maximal cliques), `nvlink-min-links` (fewest bonded
-        links inside the largest clique), `nvswitch`, `gpus`, `numa-nodes` (distinct NUMA
-        nodes, affinity ranges such as `0-1` expanded), `max-gpus-per-numa` and `pcie-closest` (closest PCIe level between two GPUs not
+        no such label) carries `topology_value()` (`NV<k>` of the worst GPU, or `PCIe`).
+        Under `prefix`: `nvlink-clique-size`, `nvlink-cliques` (how many maximal cliques),
+        `nvlink-min-links` (fewest bonded links inside the largest clique), `nvswitch`,
+        `gpus`, `numa-nodes` (distinct NUMA nodes, ranges such as `0-1` expanded),
+        `max-gpus-per-numa` and `pcie-closest` (closest PCIe level between two GPUs not
         joined by NVLink, `none` if every pair is). Every value is a valid label value.
         """
         cliques = self.nvlink_cliques()
