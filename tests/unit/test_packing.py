@@ -6,6 +6,8 @@ workloads hold its GPUs, with a registered code."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuvalues.checks.fleet import check_fleet
 from gpuvalues.checks.spec import load_spec, spec_from_text
@@ -217,3 +219,30 @@ autoscaling: {engine: hpa, maxReplicas: 5}
     assert f.layout.units["small"] == 5
     node = expected_nodes(f).nodes[0]
     assert node.allocatable.get("nvidia.com/mig-1g.24gb", 0) >= 5
+
+
+@given(st.lists(st.integers(1, 8), min_size=0, max_size=4), st.integers(0, 3),
+       st.lists(st.integers(1, 8), min_size=1, max_size=12))
+@settings(max_examples=200, deadline=None)
+def test_a_replica_never_gets_a_gpu_twice_nor_leaves_its_nvlink_island(sizes, loose_n, counts):
+    from gpuvalues.fleet.layout import _take
+    islands, at = [], 0
+    for s in sizes:
+        islands.append(list(range(at, at + s)))
+        at += s
+    loose = list(range(at, at + loose_n))
+    node = [list(loose), *[list(i) for i in islands]]
+    biggest = max(sizes, default=0)
+    given_out: set[int] = set()
+    for count in counts:
+        free_before = sum(len(s) for s in node)
+        got = _take(node, count, biggest)
+        if got is None:
+            # refused only when no single island (or, past every island, the node) holds it
+            assert count > free_before or (1 < count <= biggest and all(
+                len(s) < count for s in node[1:])) or (count == 1 and free_before == 0)
+            continue
+        assert len(got) == count == len(set(got)) and not given_out & set(got)
+        given_out |= set(got)
+        if 1 < count <= biggest:
+            assert any(set(got) <= set(i) for i in islands), (got, islands)
