@@ -246,3 +246,22 @@ def test_a_replica_never_gets_a_gpu_twice_nor_leaves_its_nvlink_island(sizes, lo
         given_out |= set(got)
         if 1 < count <= biggest:
             assert any(set(got) <= set(i) for i in islands), (got, islands)
+
+
+def test_workloads_that_cannot_share_nodes_go_to_different_pools():
+    # a time-sliced and a MIG workload, no nodePool: one device-plugin config per node, so
+    # the second takes the other pool (today both went to the first and the fleet failed)
+    text = """\
+apiVersion: gpuvalues/v1
+cluster:
+  nodePools:
+    - {name: a, gpu: A100-80GB, gpusPerNode: 8, nodes: 1, mig: true}
+    - {name: b, gpu: A100-80GB, gpusPerNode: 8, nodes: 1, mig: true}
+workloads:
+  - {name: ts, model: t, memoryGB: 10, sharing: {mode: time-slicing, replicasPerGpu: 4}}
+  - {name: small, model: s, memoryGB: 8, sharing: mig}
+autoscaling: {engine: hpa, maxReplicas: 4}
+"""
+    f = fleet(text)
+    assert codes(f) == []
+    assert {p.workload: p.pool.name for p in f.placements} == {"ts": "a", "small": "b"}
