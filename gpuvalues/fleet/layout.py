@@ -504,8 +504,9 @@ def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_conf
             units[p.workload] = got
             if got < peaks[p.workload]:
                 shortages.append(Shortage(p.workload, pool.name, peaks[p.workload], got,
-                                          f"{gpus_free} {gpu.name} GPUs left after whole-GPU "
-                                          "replicas"))
+                                          f"{gpus_free} {gpu.name} GPUs" + (
+                                              " left after whole-GPU replicas" if whole_names
+                                              else " for its MIG workloads")))
     return result
 
 
