@@ -171,6 +171,8 @@ CODES = {
     "GV020": ("a workload that would block or hurt a node drain",
               "keep >= 2 replicas, pdb.maxUnavailable 1 with unhealthyPodEvictionPolicy AlwaysAllow, "
               "and no toleration of the remediation taint"),
+    "GV041": ("remediation controller options, config or kubeconfig invalid",
+              "fix the option or key the message names (docs/self-healing.md lists them)"),
     "GV100": ("bad input", "fix the value the message names"),
 }
 
