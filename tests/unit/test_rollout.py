@@ -95,5 +95,5 @@ def test_changes_from_replan_and_dry_run_text(tmp_path, capsys, monkeypatch):
 
 
 def test_changes_from_replan_rejects_other_input():
-    with pytest.raises(rollout.RolloutError, match="not a replan result"):
+    with pytest.raises(rollout.RolloutError, match="not a re-plan result"):
         rollout.changes_from_replan({"gpus_used": 3})
