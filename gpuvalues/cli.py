@@ -217,7 +217,10 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
     from gpuvalues.operations.controller import api_client_for
 
-    api = api_client_for(args.kubeconfig, args.context)
+    try:
+        api = api_client_for(args.kubeconfig, args.context)
+    except GpuValuesError as exc:
+        raise rollout.RolloutInputError(exc.message, field="--kubeconfig", code="GV046") from None
     core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
     with rollout.api_errors():
         rollout.check_cluster(rollout.list_nodes(core), replan)

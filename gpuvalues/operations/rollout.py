@@ -131,7 +131,7 @@ class ReplanFile:
 
 
 def _placed(source: str | None, text: str, path: tuple, message: str, code: str) -> RolloutInputError:
-    line, col = _position(text, path) if text else (None, None)
+    line, col = _position(text, path) if source else (None, None)
     return RolloutInputError(message, source=source, line=line, column=col,
                              field=_format_path(path), code=code)
 
@@ -239,19 +239,31 @@ def parse_replan_text(text: str, source: str) -> Any:
             return yamlio.parse_yaml(text, source=source, error=RolloutInputError)
         except RolloutInputError as exc:
             raise RolloutInputError(exc.message, source=source, line=exc.line or 1, column=exc.column or 1,
-                                    code="GV046") from None
+                                    field="(root)", code="GV046") from None
     try:
-        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+        # NaN/Infinity parse as floats here and are refused, placed, by _check_numbers
+        return json.loads(text, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as exc:
         raise RolloutInputError(f"invalid JSON: {exc.msg}", source=source, line=exc.lineno, column=exc.colno,
-                                code="GV046") from None
+                                field="(root)", code="GV046") from None
     except RecursionError:
         raise RolloutInputError("JSON nested too deeply to read", source=source, line=1, column=1,
-                                code="GV046") from None
-    except ValueError as exc:         # NaN/Infinity, a duplicate key, an integer past 4,300 digits
-        m = re.search(r"\bNaN\b|-?\bInfinity\b|\d{4000,}", text)
+                                field="(root)", code="GV046") from None
+    except ValueError as exc:         # a duplicate key, an integer past Python's 4,300 digits
+        m = re.search(r"\d{4000,}", text)
         line, col = _line_col(text, m.start()) if m else (1, 1)
-        raise RolloutInputError(str(exc), source=source, line=line, column=col, code="GV046") from None
+        raise RolloutInputError(str(exc), source=source, line=line, column=col, field="(root)",
+                                code="GV046") from None
+
+
+def _finite(v: Any, lo: float = -MAX_NUMBER, hi: float = MAX_NUMBER) -> bool:
+    """`v` is an int or float (not a bool), finite, within [lo, hi] (a 400-digit int is not:
+    compared as an int, never converted to a float)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    if isinstance(v, float) and not math.isfinite(v):
+        return False
+    return lo <= v <= hi
 
 
 def _check_numbers(data: Any, fail: Callable[[tuple, str, str], None]) -> None:
@@ -262,7 +274,7 @@ def _check_numbers(data: Any, fail: Callable[[tuple, str, str], None]) -> None:
         if isinstance(v, bool) or v is None or isinstance(v, str):
             continue
         if isinstance(v, (int, float)):
-            if not math.isfinite(v) or abs(v) > MAX_NUMBER:
+            if not _finite(v):
                 fail(path, f"{v!r} is not a finite number within +-{MAX_NUMBER:.0e}", "GV046")
         elif isinstance(v, dict):
             stack.extend((path + (k,), x) for k, x in v.items())
@@ -401,8 +413,8 @@ def load_replan(path: str, *, need_configs: bool = False) -> ReplanFile:
     try:
         text = yamlio.decode(data, source)
     except GpuValuesError as exc:     # a bad byte or a NUL: placed by yamlio, coded here
-        raise RolloutInputError(exc.message, source=source, line=exc.line, column=exc.column,
-                                code="GV046") from None
+        raise RolloutInputError(exc.message, source=source, line=exc.line or 1, column=exc.column or 1,
+                                field="(root)", code="GV046") from None
     return replan_changes(parse_replan_text(text, source), source=source, text=text, need_configs=need_configs)
 
 
@@ -418,8 +430,7 @@ def check_option(name: str, value: float | int | None, lo: float, hi: float, *, 
     naming the option (`--timeout nan` would otherwise never stop)."""
     if value is None and optional:
         return
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
-        and lo <= value <= hi and (not whole or float(value).is_integer())
+    ok = _finite(value, lo, hi) and (not whole or float(value).is_integer())
     if not ok:
         kind = "a whole number" if whole else "a number of seconds"
         raise RolloutInputError(f"{value!r} is out of range: give {kind} from {lo:g} to {hi:g}", field=name,
@@ -524,8 +535,8 @@ def describe(waves: Sequence[Wave]) -> str:
             lines += [f"  {c.node} ({c.pool}): {c.from_config or '(unconfigured)'} -> {c.to}",
                       f"    1. cordon {c.node}",
                       "    2. evict its GPU pods through the Eviction API (PodDisruptionBudgets honoured)",
-                      f"    3. label {MIG_CONFIG_LABEL}={c.to}",
-                      f"    4. wait for {MIG_STATE_LABEL}=success",
+                      f"    3. label {MIG_CONFIG_LABEL}={c.to} (removing the old {MIG_STATE_LABEL} in the same write)",
+                      f"    4. wait for mig-manager to write {MIG_STATE_LABEL}=success",
                       f"    5. check allocatable: {res}",
                       f"    6. uncordon {c.node}"]
     return "\n".join(lines) + "\n"
@@ -613,8 +624,7 @@ def parse_state(node: Mapping) -> dict:
     for k in ("at", "since"):
         if k in data:
             v = data[k]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                    or not 0 <= v <= MAX_NUMBER:
+            if not _finite(v, 0, MAX_NUMBER):
                 raise bad(f"its {k!r} is not a time (finite seconds since 1970)")
     return data
 
