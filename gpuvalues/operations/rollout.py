@@ -666,7 +666,10 @@ class api_errors:
         from urllib3.exceptions import HTTPError
 
         if isinstance(exc, ApiException):
-            detail = drain._message(exc)
+            try:                          # the Status object's message, else the reason
+                detail = json.loads(exc.body).get("message", "") or exc.reason
+            except (TypeError, ValueError, AttributeError):
+                detail = exc.reason
             raise RolloutError(f"the API server answered {exc.status} {exc.reason}: {detail} "
                                "(rerun to resume)") from None
         if isinstance(exc, HTTPError):

@@ -421,3 +421,30 @@ def test_a_busy_mig_manager_is_not_relabelled_under(kube, namespace, tmp_path, c
     waiting = [e["message"] for e in node_events(kube, node) if e["reason"] == "MigRolloutWaiting"]
     assert any("still applying an earlier change" in m for m in waiting), waiting
     kube.kubectl("delete", "node", "--ignore-not-found", "--wait=false", node, check=False)
+
+
+def test_cluster_mismatches_are_refused_before_anything_is_touched(kube, namespace, tmp_path, capsys):
+    """Read before the first action: a node the re-plan names but the cluster lacks, and a node
+    whose rollout state annotation is malformed (a `since` that is no time: it used to be a
+    traceback mid-rollout). Each is one GV048 line; no node is cordoned or relabelled."""
+    from gpuvalues import cli
+
+    node = _lone_node(kube, namespace, "all-1g", "success")
+    try:
+        missing = _replan_file(tmp_path, f"{node}-absent", "all-1g", "all-3g", [{"3g.40gb": 2}])
+        capsys.readouterr()
+        assert cli.main(["rollout", missing, "--poll", "0.3", "--timeout", "10"]) == 2
+        (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("gpuvalues: error:")]
+        assert line.startswith(f"gpuvalues: error: {missing}:3:") and "changes[0].node" in line \
+            and line.endswith("[GV048]"), line
+        kube.kubectl("annotate", "node", node, "--overwrite", ROLLOUT_ANNOTATION + "="
+                     + json.dumps({"target": "all-3g", "step": "cordoned", "since": "yesterday"}))
+        f = _replan_file(tmp_path, node, "all-1g", "all-3g", [{"3g.40gb": 2}])
+        assert cli.main(["rollout", f, "--poll", "0.3", "--timeout", "10"]) == 2
+        (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("gpuvalues: error:")]
+        assert f"node/{node}" in line and "kubectl annotate node" in line and line.endswith("[GV048]"), line
+        n = kube.nodes()[node]
+        assert not n["spec"].get("unschedulable") and n["metadata"]["labels"][MIG_CONFIG_LABEL] == "all-1g"
+        assert not node_events(kube, node)
+    finally:
+        kube.kubectl("delete", "node", "--ignore-not-found", "--wait=false", node, check=False)
