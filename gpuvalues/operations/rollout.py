@@ -4,23 +4,29 @@ mig-manager reconfigures a node when its `nvidia.com/mig.config` label changes, 
 waits for the GPU Operator's own DaemonSets; it never drains workloads (NVIDIA's advice is to
 cordon, drain, relabel and uncordon by hand, gpu-operator#262). Per changed node, in order:
 
+0. check everything offline first (`load_replan`: the whole re-plan file; `check_option`),
+   then the cluster (`check_cluster`: every node there, on the config the re-plan started
+   from, no malformed state annotation): a refusal touches nothing;
 1. cordon (`drain.cordon`, owned: a node someone else cordoned stays theirs);
 2. evict its GPU pods through the Eviction API (`drain.Drainer`: PDBs honoured, 429 retried
    with backoff, one pod per workload per step) — the project's one drain implementation;
-3. set `nvidia.com/mig.config` to the new config;
-4. wait for mig-manager's `nvidia.com/mig.config.state=success` (`failed` stops the rollout);
+3. set `nvidia.com/mig.config` to the new config, removing the old
+   `nvidia.com/mig.config.state` in the same write (not while mig-manager is `pending`);
+4. wait for mig-manager to write `nvidia.com/mig.config.state=success` (`failed` stops the
+   rollout): only a state written after our relabel exists to be read (see `Rollout`);
 5. check the node advertises the new MIG resources (`nvidia.com/mig-<profile>` allocatable
-   equal to the config's instance counts, mixed strategy; a stale `success` from the previous
-   config cannot pass this);
+   equal to the config's instance counts, mixed strategy);
 6. uncordon.
 
-Nodes the re-plan does not change are never touched. Waves (`plan_waves`, pure) hold at most
+Each step is a core/v1 Event on the Node. Nodes the re-plan does not change are never
+touched. Waves (`plan_waves`, pure) hold at most
 `max_unavailable_per_pool` nodes of a pool, and for every PodDisruptionBudget at most its
 `disruptionsAllowed` pods across the wave's nodes (a node whose pods alone exceed it goes
 alone; the Eviction API then paces it). Progress lives on the node (annotation
 `ROLLOUT_ANNOTATION`: target config and step), so a rollout that stops resumes where it was.
 
-Public API: `NodeChange`, `Wave`, `changes_from_replan(d)`, `expected_resources(devices)`,
+Public API: `NodeChange`, `Wave`, `load_replan(path)`, `replan_changes(data)`, `ReplanFile`,
+`changes_from_replan(d)`, `check_option`, `check_cluster`, `parse_state`, `expected_resources(devices)`,
 `plan_waves(changes, pods, allowance, *, max_unavailable_per_pool=1, max_nodes_per_wave=None)`,
 `describe(waves)` (the `--dry-run` text), `Rollout(core, waves, ...).run()`.
 """
