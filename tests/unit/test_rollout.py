@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import yaml
+
 import pytest
 
 from gpuvalues.operations import rollout
@@ -416,3 +418,24 @@ def test_waves_equal_the_wave_by_wave_scan(case):
         for b, allow in allowance.items():
             used = sum(pods[c.node].get(b, 0) for c in w.changes)
             assert used <= allow or any(pods[c.node].get(b, 0) > allow for c in w.changes)
+
+
+@pytest.mark.parametrize("indent", [None, 1])
+def test_positions_point_at_the_value_deep_in_the_file(offline, capsys, indent):
+    d = json.loads(json.dumps(BASE))
+    d["plan"]["pools"][0]["node_groups"][1]["devices"][1]["3g.40gb"] = 99
+    f = offline / "deep.json"
+    f.write_text(json.dumps(d, indent=indent))
+    text = f.read_text()
+    i = text.index("99")                              # the one 99 in the file
+    line, col = text.count("\n", 0, i) + 1, i - text.rfind("\n", 0, i)
+    assert cli.main(["rollout", str(f), "--dry-run"]) == 2
+    assert _one_error(capsys).startswith(
+        f"gpuvalues: error: {f}:{line}:{col}: plan.pools[0].node_groups[1].devices[1].3g.40gb: ")
+    y = offline / "deep.yaml"                         # the YAML form is placed too
+    y.write_text(yaml.safe_dump(d))
+    text = y.read_text()
+    i = text.index("99")
+    assert cli.main(["rollout", str(y), "--dry-run"]) == 2
+    assert _one_error(capsys).startswith(
+        f"gpuvalues: error: {y}:{text.count(chr(10), 0, i) + 1}:{i - text.rfind(chr(10), 0, i)}: ")
