@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-import yaml
-
 import pytest
+import yaml
 
 from gpuvalues.operations import rollout
 from gpuvalues.operations.rollout import NodeChange, plan_waves
