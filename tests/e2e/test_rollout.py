@@ -435,7 +435,10 @@ def test_cluster_mismatches_are_refused_before_anything_is_touched(kube, namespa
         capsys.readouterr()
         assert cli.main(["rollout", missing, "--poll", "0.3", "--timeout", "10"]) == 2
         (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("gpuvalues: error:")]
-        assert line.startswith(f"gpuvalues: error: {missing}:3:") and "changes[0].node" in line \
+        text = open(missing).read()
+        i = text.index(f'"{node}-absent"')
+        at = f"{text.count(chr(10), 0, i) + 1}:{i - text.rfind(chr(10), 0, i)}"
+        assert line.startswith(f"gpuvalues: error: {missing}:{at}: changes[0].node: ") \
             and line.endswith("[GV048]"), line
         kube.kubectl("annotate", "node", node, "--overwrite", ROLLOUT_ANNOTATION + "="
                      + json.dumps({"target": "all-3g", "step": "cordoned", "since": "yesterday"}))
