@@ -9,17 +9,21 @@ and 65,536 node changes, with `max_unavailable_per_pool` 1 (the default) and 8.
 copied here as it was; it is timed only where it finishes in reasonable time, and the two
 must give the same waves (checked on every row where both run).
 
-Target: 16,384 node changes planned in < 2 s (the scan took 107 s there).
+Target: 16,384 node changes planned in < 2 s (the scan took 107 s there). Last line: the
+time `load_replan` takes to read and check a re-plan file of 16,384 changes.
 Run: .venv/bin/python bench/bench_rollout.py [--scan-up-to N]
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
+import tempfile
 from collections import Counter
 
 from benchlib import timed
-from gpuvalues.operations.rollout import NodeChange, plan_waves
+from gpuvalues.operations.rollout import NodeChange, load_replan, plan_waves
 
 
 def fleet(n_nodes: int, seed: int = 24):
@@ -87,6 +91,20 @@ def main() -> None:
                 assert [[c.node for c in w.changes] for w in waves] == ref[-1], "waves differ from the scan"
                 old = f"{ts:.2f} s"
             print(f"| {n:,} | {k} | {len(waves):,} | {t:.3f} s | {old} |", flush=True)
+    # reading and checking a re-plan file of 16,384 changes (what `rollout` does first)
+    changes, _, _ = fleet(16384)
+    data = {"changes": [{"node": c.node, "from": c.from_config, "to": c.to} for c in changes],
+            "node_configs": {c.node: c.to for c in changes},
+            "plan": {"pools": [{"name": f"pool-{p:03d}", "node_groups": [
+                {"config": "mixed", "count": 256, "devices": [{"3g.40gb": 2, "1g.10gb": 1}] * 8}]}
+                for p in range(64)], "mig_parted_config": None}}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "replan.json")
+        with open(path, "w") as f:
+            json.dump(data, f, indent=1)
+        t, _ = timed(lambda: load_replan(path), args.runs)
+        print(f"\nload_replan: {len(changes):,} changes ({os.path.getsize(path) / 1e6:.1f} MB JSON) "
+              f"read and checked in {t:.2f} s")
 
 
 if __name__ == "__main__":

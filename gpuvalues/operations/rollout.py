@@ -380,6 +380,7 @@ def replan_changes(data: Any, *, source: str | None = None, text: str = "",
         except MigPartedConfigError as exc:
             fail(("plan", "mig_parted_config"), f"{exc.field + ': ' if exc.field else ''}{exc.message}")
     named = set((cfg or {}).get("mig-configs") or {})
+    resources = {name: expected_resources(devs) for name, devs in devices.items()}   # once per config
     out: list[NodeChange] = []
     seen: dict[str, int] = {}
     for i, c in enumerate(changes):
@@ -406,7 +407,7 @@ def replan_changes(data: Any, *, source: str | None = None, text: str = "",
         if need_configs and to not in named:
             fail(cp + ("to",), f"config {to!r} is not in plan.mig_parted_config, so --configmap cannot give it "
                  "to mig-manager")
-        out.append(NodeChange(node, pool_of[to], frm, to, expected_resources(devices[to])))
+        out.append(NodeChange(node, pool_of[to], frm, to, resources[to]))
     return ReplanFile(source or "", tuple(out), cfg, text)
 
 
