@@ -907,14 +907,20 @@ def apply_mig_parted_config(core, namespace: str, name: str, cfg: Mapping, key: 
     """Merge the re-plan's mig-parted configs into the ConfigMap mig-manager reads (the GPU
     Operator's `migManager.config`, key `config.yaml`) before any node is relabelled; configs
     already there under other names are kept. Returns the config names written."""
-    import yaml
     from kubernetes.client.exceptions import ApiException
+
+    from gpuvalues import yamlio
 
     try:
         cm = json.loads(core.read_namespaced_config_map(name, namespace, _preload_content=False).data)
     except ApiException as exc:
         raise RolloutError(f"configmap {namespace}/{name}: {exc.status} {exc.reason}") from None
-    current = yaml.safe_load((cm.get("data") or {}).get(key) or "") or {"version": "v1", "mig-configs": {}}
+    # what is in the cluster is read as untrusted as a file (aliases bounded, one document)
+    current = yamlio.parse_yaml((cm.get("data") or {}).get(key) or "", source=f"configmap/{namespace}/{name}",
+                                error=RolloutInputError) or {"version": "v1", "mig-configs": {}}
+    if not isinstance(current, dict) or not isinstance(current.get("mig-configs") or {}, dict):
+        raise RolloutInputError(f"its {key} is not a mig-parted config (version, mig-configs): fix or replace it",
+                                source=f"configmap/{namespace}/{name}", field=key, code="GV048")
     merged = {"version": current.get("version", "v1"),
               "mig-configs": {**(current.get("mig-configs") or {}), **cfg.get("mig-configs", {})}}
     body = {"metadata": {"resourceVersion": cm["metadata"]["resourceVersion"]},

@@ -18,6 +18,8 @@ kwok plays the kubelets; the real scheduler and ReplicaSet controller move the p
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import threading
 import time
@@ -222,8 +224,6 @@ def _scenario(kube, ns, pool, names, start, tmp_path):
     from gpuvalues import cli
 
     pods_on, result, out = _running(kube, ns, pool, names, start, tmp_path, small_min=6)
-    import contextlib
-    import io
     assert result["nodes_changed"] == 1 and result["gpus_used"] == 3, result
     (changed,) = [c["node"] for c in result["changes"]]
     assert start[changed] == "all-1g"                 # one all-1g node gives a 3g.40gb to mid
@@ -343,13 +343,26 @@ def test_a_stale_failed_state_does_not_stop_the_rollout(kube, namespace, tmp_pat
 
     _configmap(kube, namespace)
     node = _lone_node(kube, namespace, "all-1g", "failed")
-    mgr = FakeMigManager(kube, [node], (namespace, "mig-parted-config"), react_after=3.0)
+    mgr = FakeMigManager(kube, [node], (namespace, "mig-parted-config"), react_after=4.0)
     mgr.applied = {node: "all-1g"}
     mgr.start()
+    f = _replan_file(tmp_path, node, "all-1g", "all-3g", [{"3g.40gb": 2}])
     try:
-        rc = cli.main(["rollout", _replan_file(tmp_path, node, "all-1g", "all-3g", [{"3g.40gb": 2}]),
-                       "--poll", "0.3", "--timeout", "60"])
+        # interrupted right after the relabel (a first run stopped there) ...
+        from kubernetes import client, config
+        from gpuvalues.operations import rollout
+        core = client.CoreV1Api(config.new_client_from_config(config_file=str(kube.cluster.kubeconfig)))
+        first = rollout.Rollout(core, rollout.plan_waves(rollout.load_replan(f).changes, {}, {}))
+        (change,) = first.waves[0].changes
+        while not first.results.get(node) or first.results[node].steps[-1:] != ["labelled"]:
+            first.advance(change)
+        assert MIG_STATE_LABEL not in kube.nodes()[node]["metadata"]["labels"]   # cleared with the relabel
+        # ... and resumed by `gpuvalues rollout`, which waits for mig-manager's own answer
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = cli.main(["--output", "json", "rollout", f, "--poll", "0.3", "--timeout", "60"])
         assert rc == 0, capsys.readouterr().err
+        assert json.loads(buf.getvalue())["nodes"][node]["steps"] == ["done"]
     finally:
         mgr.stop.set()
         mgr.join(10)
