@@ -395,9 +395,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rollout", help="apply a re-plan's MIG changes in waves: cordon, drain (PDBs), relabel, "
                                        "wait for mig-manager, check resources, uncordon",
                        description="Reconfigure only the nodes a re-plan changes, in waves that keep every "
-                                   "PodDisruptionBudget; progress is recorded on each node, so a rerun resumes.")
+                                   "PodDisruptionBudget; progress is recorded on each node, so a rerun resumes. "
+                                   "The file, the options and then the cluster are checked before the first "
+                                   "action; only a mig.config.state mig-manager writes after the relabel counts; "
+                                   "each step is an Event on the Node.")
     p.add_argument("replan", metavar="REPLAN", help="`gpuvalues --output json replan ...` output")
-    p.add_argument("--dry-run", action="store_true", help="print the waves and steps; change nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the waves and steps; read no kubeconfig, call no API, change nothing")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--max-unavailable-per-pool", type=int, default=1, metavar="N",
