@@ -58,15 +58,16 @@ class FakeMigManager(threading.Thread):
     """The stated fake of mig-manager: reacts to `nvidia.com/mig.config` on `nodes` the way
     upstream's reconfigure does (NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go `Run`):
     a config missing from the ConfigMap -> `failed` at once; already applied -> `success` at
-    once; else `pending`, the new resources published, then `success` (or `failed` with
-    `fail_apply`). `react_after` makes it late: it starts that many seconds after it sees
-    the change (a busy or restarting mig-manager), leaving whatever state the node had."""
+    once; else `pending`, the new resources published, then `success`. `react_after` makes it
+    late: it starts that many seconds after it sees the change (a busy or restarting
+    mig-manager), leaving whatever state the node had; `busy_for` makes it finish an earlier
+    change first (the node starts `pending`, then `success` for the old config)."""
 
     def __init__(self, kube, nodes: list[str], configmap: tuple[str, str], delay: float = 1.0,
-                 react_after: float = 0.0, fail_apply: bool = False, busy_for: float = 0.0):
+                 react_after: float = 0.0, busy_for: float = 0.0):
         super().__init__(daemon=True)
         self.kube, self.nodes, self.cm, self.delay = kube, nodes, configmap, delay
-        self.react_after, self.fail_apply, self.busy_for = react_after, fail_apply, busy_for
+        self.react_after, self.busy_for = react_after, busy_for
         self.label_when_earlier_done: dict[str, str | None] = {}
         self.applied: dict[str, str] = {}
         self.history: list[tuple[str, str]] = []
@@ -111,9 +112,6 @@ class FakeMigManager(threading.Thread):
                     continue
                 self.state(name, "pending")
                 time.sleep(self.delay)   # reconfiguring the GPUs
-                if self.fail_apply:
-                    self.state(name, "failed")
-                    continue
                 status = {**old, **{k: str(v) for k, v in res.items()}}
                 self.kube.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p",
                                   json.dumps({"status": {"capacity": status, "allocatable": status}}))
