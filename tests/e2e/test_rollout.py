@@ -7,10 +7,14 @@ mig-parted config plus node labels, as `--current` takes it) must change exactly
 and `rollout` must cordon it, evict its pods through the real Eviction API under the real
 PDBs, relabel it, wait for mig-manager and uncordon it, touching no other node.
 
-The one fake: mig-manager (there are no GPUs). `FakeMigManager` below does what the GPU
-Operator's mig-manager does to the node object when `nvidia.com/mig.config` changes: sets
-`nvidia.com/mig.config.state=pending`, reads the named config from the mig-parted ConfigMap,
-publishes the MIG resources the node then has and sets the state to `success`. Those
+The one fake: mig-manager. NVIDIA's k8s-mig-manager drives real GPUs through NVML and
+nvidia-mig-parted, and there are none here, so `FakeMigManager` below does what it does to
+the node object when `nvidia.com/mig.config` changes, following upstream's state machine
+(NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go `Run`): `failed` at once for a config
+missing from the mig-parted ConfigMap, `success` at once when already applied, else
+`pending`, the MIG resources the node then has published, and `success`. Its late and busy
+modes, and nodes left with a stale state, are the signals issue 24 says a rollout must not
+trust. Those
 resources are computed by the upstream device plugin itself (k8s-device-plugin at the
 chart's pin, mixed strategy, over go-nvml's mock A100 with that MIG layout: the oracle of
 tests/oracle), so the rollout's own resource check is held against upstream's names.
