@@ -91,6 +91,17 @@ def main() -> None:
                 assert [[c.node for c in w.changes] for w in waves] == ref[-1], "waves differ from the scan"
                 old = f"{ts:.2f} s"
             print(f"| {n:,} | {k} | {len(waves):,} | {t:.3f} s | {old} |", flush=True)
+    # one budget shared by every node, each node 1..A of its pods: partly used waves everywhere
+    # (the case a per-wave rescan of partly used budgets made take 150-250 s)
+    print("\n| one budget over 16,384 nodes | pools | waves | plan_waves() |\n|---|---:|---:|---:|")
+    rng = random.Random(1)
+    for pools, allow in ((16384, 5), (64, 50), (1, 3)):
+        ch = [NodeChange(f"n{i}", f"p{i % pools}", "a", "b", {}) for i in range(16384)]
+        pods = {c.node: {"ns/b": rng.randint(1, allow)} for c in ch}
+        result = []
+        t, _ = timed(lambda: result.append(plan_waves(ch, pods, {"ns/b": allow}, max_unavailable_per_pool=4)),
+                     args.runs)
+        print(f"| allowance {allow}, max 4 per pool | {pools:,} | {len(result[-1]):,} | {t:.3f} s |", flush=True)
     # reading and checking a re-plan file of 16,384 changes (what `rollout` does first)
     changes, _, _ = fleet(16384)
     data = {"changes": [{"node": c.node, "from": c.from_config, "to": c.to} for c in changes],
