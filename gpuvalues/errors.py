@@ -171,6 +171,8 @@ CODES = {
     "GV020": ("a workload that would block or hurt a node drain",
               "keep >= 2 replicas, pdb.maxUnavailable 1 with unhealthyPodEvictionPolicy AlwaysAllow, "
               "and no toleration of the remediation taint"),
+    "GV041": ("remediation controller options, config or kubeconfig invalid",
+              "fix the option or key the message names (docs/self-healing.md lists them)"),
     "GV046": ("a re-plan file or rollout option a rollout cannot run",
               "give `gpuvalues --output json replan` output unchanged, and finite option values in range"),
     "GV047": ("a node name or label value Kubernetes would refuse",
