@@ -207,8 +207,6 @@ CODES = {
               "fix the option or key the message names (docs/self-healing.md lists them)"),
     "GV046": ("a re-plan file or rollout option a rollout cannot run",
               "give `gpuvalues --output json replan` output unchanged, and finite option values in range"),
-    "GV047": ("a node name or label value Kubernetes would refuse",
-              "use DNS-1123 node names and label values of at most 63 letters, digits, '-', '_' or '.'"),
     "GV048": ("the cluster does not match the re-plan",
               "re-plan against the current cluster, or remove a malformed rollout state annotation"),
     "GV049": ("a rollout stopped: mig-manager failed or a wave timed out",

@@ -60,13 +60,9 @@ class RolloutError(GpuValuesError):
 
     code = "GV049"
 
-    def lines(self) -> list[str]:
-        """The one line the CLI prints: the placed message and its code."""
-        return [f"{self} [{self.code}]"]
-
 
 class RolloutInputError(RolloutError):
-    """The re-plan file or a rollout option is not what a rollout can run (GV046; GV047 for a
+    """The re-plan file or a rollout option is not what a rollout can run (GV046; GV037 for a
     name or label value Kubernetes would refuse; GV048 for a cluster that does not match)."""
 
     code = "GV046"
@@ -296,8 +292,8 @@ def replan_changes(data: Any, *, source: str | None = None, text: str = "",
                    need_configs: bool = False) -> ReplanFile:
     """Check a whole re-plan result (`Replan.to_dict()`) before anything touches a cluster and
     return its node changes. Refused, as one placed RolloutInputError: not a re-plan result,
-    a node name that is not a DNS-1123 subdomain (GV047), a config name that is not a label
-    value (GV047: the API server would refuse the relabel with 422), a `to` config the plan
+    a node name that is not a DNS-1123 subdomain (GV037), a config name that is not a label
+    value (GV037: the API server would refuse the relabel with 422), a `to` config the plan
     does not define (its resources are unknown), devices that are not a list of per-GPU
     profile counts, a node listed twice, a number that is not finite or out of range; with
     `need_configs` (`--configmap`), a `to` config missing from `plan.mig_parted_config`."""
@@ -347,7 +343,7 @@ def replan_changes(data: Any, *, source: str | None = None, text: str = "",
             if not config or not is_label_value(config):
                 fail(gp + ("config",), f"{config!r} cannot be the value of the node label {MIG_CONFIG_LABEL}: "
                      "use 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
-                     "GV047")
+                     "GV037")
             if "count" in ng and not _count(ng["count"], 0, MAX_CHANGES):
                 fail(gp + ("count",), f"must be a whole number from 0 to {MAX_CHANGES:,}")
             devs = get(ng, gp, "devices", list, "a list with one entry per GPU (profile counts, or null)")
@@ -365,7 +361,7 @@ def replan_changes(data: Any, *, source: str | None = None, text: str = "",
                     except CatalogError:
                         fail(dp + (prof,), f"{prof!r} is not a MIG profile name (e.g. 1g.10gb, 3g.40gb, 1g.10gb+me)")
                     if not is_label_key(mig_resource_name(prof)):
-                        fail(dp + (prof,), f"{prof!r} makes no valid resource name", "GV047")
+                        fail(dp + (prof,), f"{prof!r} makes no valid resource name", "GV037")
                     if not _count(n, 0, MAX_INSTANCES_PER_GPU):
                         fail(dp + (prof,), f"must be a whole number of instances from 0 to {MAX_INSTANCES_PER_GPU}")
             if config in devices and devices[config] != devs:
@@ -390,17 +386,17 @@ def replan_changes(data: Any, *, source: str | None = None, text: str = "",
         node = get(c, cp, "node", str, "a string (the node's name)")
         if not is_dns_subdomain(node):
             fail(cp + ("node",), f"{node!r} is not a node name (a DNS-1123 subdomain: at most 253 lowercase "
-                 "letters, digits, '-' and '.')", "GV047")
+                 "letters, digits, '-' and '.')", "GV037")
         if node in seen:
             fail(cp + ("node",), f"node {node!r} is listed twice (also changes[{seen[node]}])")
         seen[node] = i
         to = get(c, cp, "to", str, "a string (the new mig-parted config name)")
         if not to or not is_label_value(to):
             fail(cp + ("to",), f"{to!r} cannot be the value of the node label {MIG_CONFIG_LABEL}: use 1 to 63 "
-                 "letters, digits, '-', '_' or '.', starting and ending with a letter or digit", "GV047")
+                 "letters, digits, '-', '_' or '.', starting and ending with a letter or digit", "GV037")
         frm = get(c, cp, "from", str, "a string or null", optional=True)
         if frm is not None and not is_label_value(frm):
-            fail(cp + ("from",), f"{frm!r} is not a label value {MIG_CONFIG_LABEL} can have", "GV047")
+            fail(cp + ("from",), f"{frm!r} is not a label value {MIG_CONFIG_LABEL} can have", "GV037")
         if to not in devices:
             fail(cp + ("to",), f"config {to!r} is not one of the plan's node groups "
                  "(plan.pools[*].node_groups[*].config), so the resources it gives are unknown")
@@ -451,7 +447,7 @@ def check_configmap(ref: str) -> tuple[str, str]:
     ns, sep, name = ref.partition("/")
     if not sep or not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", ns) or not is_dns_subdomain(name):
         raise RolloutInputError(f"{ref!r} is not NAMESPACE/NAME (a DNS-1123 label / a DNS-1123 subdomain)",
-                                field="--configmap", code="GV047")
+                                field="--configmap", code="GV037")
     return ns, name
 
 
@@ -697,8 +693,9 @@ def list_nodes(core) -> dict[str, dict]:
 
 
 class api_errors:
-    """Turn the API server's refusals and unreachable servers into a one-line RolloutError
-    (GV049) instead of a traceback: `with api_errors(): ...`."""
+    """Turn the API server's answers into one line instead of a traceback: unreachable, a
+    timeout, 429 or 5xx are a TransientError (GV036, exit 3: retry), any other refusal a
+    RolloutError (GV049): `with api_errors(): ...`."""
 
     def __enter__(self):
         return self
@@ -709,6 +706,11 @@ class api_errors:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
+        from gpuvalues.errors import TransientError
+
+        if isinstance(exc, ApiException) and (exc.status == 429 or (exc.status or 0) >= 500):
+            raise TransientError(f"the API server answered {exc.status} {exc.reason} (retry; a rerun "
+                                 "resumes)") from None
         if isinstance(exc, ApiException):
             try:                          # the Status object's message, else the reason
                 detail = json.loads(exc.body).get("message", "") or exc.reason
@@ -717,7 +719,7 @@ class api_errors:
             raise RolloutError(f"the API server answered {exc.status} {exc.reason}: {detail} "
                                "(rerun to resume)") from None
         if isinstance(exc, HTTPError):
-            raise RolloutError(f"the API server cannot be reached: {exc} (rerun to resume)") from None
+            raise TransientError(f"the API server cannot be reached: {exc} (retry; a rerun resumes)") from None
         return False
 
 

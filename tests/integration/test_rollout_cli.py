@@ -72,7 +72,7 @@ def test_dry_run_and_refusals_never_contact_the_cluster(tmp_path, listener):
         p = _run(args, kc)
         lines = p.stderr.splitlines()
         assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
-        assert lines[0].startswith("gpuvalues: error: ") and lines[0].endswith(("[GV046]", "[GV047]")), lines
+        assert lines[0].startswith("gpuvalues: error: ") and lines[0].endswith(("[GV046]", "[GV037]")), lines
     assert seen == []                                # not one connection so far
     # negative control: a real run must contact the cluster, and the listener sees it (then
     # the run is stopped: its client would retry the TLS-less listener for seconds)
