@@ -84,6 +84,11 @@ def _describe(error: ValidationError) -> str:
     if error.validator == "not" and error.validator_value in ({"pattern": ":latest(@|$)"},
                                                               {"const": "latest"}):
         return "image tag must be pinned, not 'latest'"
+    if error.validator == "not" and isinstance(error.instance, dict) and \
+            error.validator_value.get("required") == ["name", "value"]:
+        return (f"{error.instance.get('name')}: a literal credential in values ends up in the "
+                "release Secret and in `helm get values`; reference an existing Secret "
+                "(model.token.secretName, or valueFrom.secretKeyRef)")
     if error.validator in ("pattern", "not") and isinstance(error.schema, dict) \
             and error.schema.get("description"):
         # A regex says nothing to a reader; the schema's description says what is allowed.

@@ -34,6 +34,9 @@ CONFIG_LABEL = "nvidia.com/device-plugin.config"
 # NVIDIA's DRA driver and the device plugin must not run on one node, both would hand out
 # the same GPUs (the GPU Operator refuses enabling both).
 DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+# What DRA pods claim instead: whole GPUs of the DRA driver's DeviceClass (NVIDIA
+# k8s-dra-driver-gpu; the chart's gpu.dra.deviceClassName default). fit counts them.
+DRA_GPU_CLASS = "gpu.nvidia.com"
 MIG_STRATEGIES = ("none", "single", "mixed")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 DEVICE_ID_STRATEGIES = ("uuid", "index")
