@@ -20,7 +20,7 @@ from gpuvalues.checks.fleet import build_checked, check_fleet
 from gpuvalues.checks.rules import Context, values_findings, warnings_or_raise
 from gpuvalues.checks.spec import check_spec, load_spec, parse_spec
 from gpuvalues.errors import Finding, GpuValuesError, ValidationFailed, errors_only
-from gpuvalues.fleet import Fleet, Release, build_fleet, expected_nodes
+from gpuvalues.fleet import Fleet, Release, build_fleet
 from gpuvalues.io.files import write_all
 from gpuvalues.kube import supported_kube_minor
 
@@ -141,13 +141,40 @@ def write_values(fleet: Fleet, out: str | None, artifacts: str | None,
     return _write_outputs(outputs, folders)
 
 
+# NFD's NodeFeature CRDs, as node-feature-discovery's docs install them, at the chart's NFD tag
+NFD_CRDS = ("https://github.com/kubernetes-sigs/node-feature-discovery/deployment/base/nfd-crds"
+            "?ref=v0.18.3")
+
+
+def label_commands(fleet: Fleet) -> list[str]:
+    """One bash line per node group: take `nodes` of its pool's nodes (the pool's
+    nodeSelector) that no group claimed yet, in name order, and put the group's labels on
+    them with GROUP_LABEL=<group>, so a rerun labels nothing twice (docs/day1-contract.md).
+    `sed -n 1,Np`, not `head`: it reads all its input, so no SIGPIPE fails the pipeline."""
+    import shlex
+
+    from gpuvalues.fleet.spec import GROUP_LABEL
+
+    out = []
+    for g in (fleet.layout.node_groups if fleet.layout else ()):
+        pool = fleet.spec.pool(g.pool)
+        selector = ",".join([f"{k}={v}" for k, v in sorted(pool.selector.items())] + [f"!{GROUP_LABEL}"])
+        labels = " ".join(shlex.quote(f"{k}={v}") for k, v in {**g.labels, GROUP_LABEL: g.name}.items())
+        out.append(f"kubectl get nodes -l {shlex.quote(selector)} -o name | sort | sed -n 1,{g.nodes}p "
+                   f"| xargs -r -I{{}} kubectl label --overwrite {{}} {labels}")
+    return out
+
+
 def install_commands(fleet: Fleet, values_dir: str | Path, artifacts: str | Path | None = None,
                      chart: str = "charts/gpu-inference") -> list[str]:
-    """The commands that install the fleet, in order: label the nodes (as the node side
-    says), the platform release, then each workload's release."""
+    """The commands that install the fleet from bare nodes, in order (bash lines): NFD's
+    CRDs when the platform deploys NFD, the node groups' labels (`label_commands`), the
+    platform release, then each workload's release."""
     d = Path(values_dir)
-    where = f"{Path(artifacts) / 'node-labels.yaml'}" if artifacts else "`--artifacts DIR`'s node-labels.yaml"
-    out = [f"# label each node group's nodes as {where} says (kubectl label nodes NODE KEY=VALUE ...)"]
+    out = []
+    if fleet.platform.values.get("platform", {}).get("nfd", {}).get("enabled"):
+        out.append(f'kubectl apply --server-side -k "{NFD_CRDS}"')
+    out += label_commands(fleet)
     for r in fleet.releases:
         out.append(f"helm upgrade --install {r.name} {chart} --namespace {r.namespace} "
                    f"--create-namespace -f {d / (r.name + '.values.yaml')}")
@@ -219,12 +246,15 @@ def drain_findings(fleet: Fleet, rendered_releases: list[tuple[Release, list[dic
 def fit_findings(fleet: Fleet, rendered_releases: list[tuple[Release, list[dict]]]
                  ) -> list[Finding]:
     """Replay the scheduler's filters (gpuvalues.planners.fit) for the rendered releases
-    together on the fleet's nodes as the node side makes them; a warning for each
-    workload and scenario (minReplicas, maxReplicas) in which pods would stay Pending."""
+    together on the fleet's nodes as the install makes them from bare nodes
+    (`gpuvalues.fleet.producers.produced_nodes`: only the labels and resources some part of
+    the install produces); a warning for each workload and scenario (minReplicas,
+    maxReplicas) in which pods would stay Pending."""
+    from gpuvalues.fleet.producers import produced_nodes
     from gpuvalues.planners import fit
 
     objects = [o for _, objs in rendered_releases for o in objs]
-    report = fit.fit(objects, expected_nodes(fleet))
+    report = fit.fit(objects, produced_nodes(fleet))
     owner = {}
     for r, objs in rendered_releases:
         for w in fit.workloads_from_manifests(objs)[0]:

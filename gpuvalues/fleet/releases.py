@@ -17,6 +17,7 @@ from gpuvalues.fleet import sizing
 from gpuvalues.fleet.layout import DEFAULT_DEVICE_PLUGIN_CONFIG, Layout
 from gpuvalues.fleet.placement import Placement, spec_error
 from gpuvalues.fleet.spec import Spec
+from gpuvalues.fleet import producers
 from gpuvalues.planners import deviceplugin, topology
 from gpuvalues.yamlio import format_path
 
@@ -228,10 +229,19 @@ def platform_release(spec: Spec, layout: Layout | None, workloads: Sequence[Rele
     # No device plugin when every node opts out of it (a DRA-only fleet).
     plugin_nodes = layout is None or not layout.node_groups or any(
         g.labels.get(deviceplugin.DEPLOY_LABEL) != "false" for g in layout.node_groups)
+    # GFD whenever a workload's pods select a label only GFD produces (unless the spec says
+    # false: validate then names the missing producer, GV021)
+    gfd_needed = any(producers.producer_of(k) == producers.GFD for r in workloads
+                     for k in producers.required_node_labels(r.values))
+    gfd = gfd_needed if p.gpu_feature_discovery is None else p.gpu_feature_discovery
+    mig_configs = (layout.mig_parted or {}).get("mig-configs", {}) if layout else {}
+    mig_enabled = any(e.get("mig-enabled") for entries in mig_configs.values() for e in entries)
     platform: dict = {
         "gpuOperator": p.gpu_operator,
         "devicePlugin": {"enabled": own and p.device_plugin and plugin_nodes},
-        "gfd": {"enabled": own and p.gpu_feature_discovery},
+        "gfd": {"enabled": own and gfd},
+        "nfd": {"enabled": own and spec.nfd == "deploy"},
+        "migManager": {"enabled": own and mig_enabled},
         "dcgmExporter": {"enabled": own and p.dcgm_exporter},
         "prometheusAdapter": {"enabled": adapter},
         "alerts": {"enabled": p.alerts, "gpuRules": True},
@@ -244,6 +254,9 @@ def platform_release(spec: Spec, layout: Layout | None, workloads: Sequence[Rele
     if configs and platform["devicePlugin"]["enabled"]:
         platform["devicePlugin"]["config"] = {"map": {"default": DEFAULT_DEVICE_PLUGIN_CONFIG,
                                                       **configs}}
+    if platform["migManager"]["enabled"]:
+        # the plan's mig-parted config; each node group's nvidia.com/mig.config selects one
+        platform["migManager"]["config"] = dict(layout.mig_parted)
     if p.service_monitor and platform["dcgmExporter"]["enabled"]:
         platform["dcgmExporter"]["serviceMonitor"] = {"enabled": True}
     decisions = [f"platform release {p.release_name} in {p.namespace}: "
