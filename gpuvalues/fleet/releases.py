@@ -234,8 +234,9 @@ def platform_release(spec: Spec, layout: Layout | None, workloads: Sequence[Rele
     gfd_needed = any(producers.producer_of(k) == producers.GFD for r in workloads
                      for k in producers.required_node_labels(r.values))
     gfd = gfd_needed if p.gpu_feature_discovery is None else p.gpu_feature_discovery
-    mig_configs = (layout.mig_parted or {}).get("mig-configs", {}) if layout else {}
-    mig_enabled = any(e.get("mig-enabled") for entries in mig_configs.values() for e in entries)
+    # mig-manager wherever mig-parted manages a pool: it applies the plan's MIG layouts and
+    # also turns MIG off on the GPUs the plan keeps whole (they may come with MIG on)
+    mig_enabled = bool(layout and layout.mig_parted)
     platform: dict = {
         "gpuOperator": p.gpu_operator,
         "devicePlugin": {"enabled": own and p.device_plugin and plugin_nodes},
