@@ -101,7 +101,8 @@ def _resource_findings(spec: Spec, fleet: Fleet) -> list[Finding]:
         return []
     offered: dict[str, set[str]] = {}
     why: dict[str, str] = {}
-    for s in producers.node_states(spec, fleet.layout, fleet.platform.values):
+    for s in producers.node_states(spec, fleet.layout, fleet.platform.values,
+                                   producers.operator_values(fleet)):
         offered.setdefault(s.pool, set()).update(k for k, v in s.allocatable.items() if v)
         if producers.DEVICE_PLUGIN in s.why_not:
             why[s.pool] = f" ({producers.DEVICE_PLUGIN} is {s.why_not[producers.DEVICE_PLUGIN]})"
@@ -145,8 +146,7 @@ def _producer_findings(spec: Spec, fleet: Fleet) -> list[Finding]:
         p = placements.get(r.workload)
         if p is None or p.mode == "dra":
             continue
-        missing = producers.missing_producers(spec, fleet.layout, fleet.platform.values, p.pool.name,
-                                              producers.required_node_labels(r.values))
+        missing = producers.missing_producers(fleet, p.pool.name, producers.required_node_labels(r.values))
         if not missing:
             continue
         wi = [w.name for w in spec.workloads].index(r.workload)

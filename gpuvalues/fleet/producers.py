@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["INSTALL_ORDER", "NFD", "GFD", "DEVICE_PLUGIN", "MIG_MANAGER", "GPU_OPERATOR",
            "LABEL_PRODUCERS", "GPU_NODE_TERMS", "OPT_OUT", "PAUSED", "NFD_GPU_LABEL",
            "producer_of", "install_parts", "NodeState", "node_states", "produced_nodes",
-           "required_node_labels", "missing_producers"]
+           "required_node_labels", "missing_producers", "operator_values"]
 
 # The parts of an install that produce node state.
 INSTALL_ORDER = "the printed install order"
@@ -109,16 +109,18 @@ def producer_of(key: str, group_labels: Mapping[str, str] = {}) -> str | None:
     return best[1] if best else None
 
 
-def install_parts(spec: Spec, platform_values: Mapping[str, Any]) -> dict[str, str]:
+def install_parts(spec: Spec, platform_values: Mapping[str, Any],
+                  operator_values: Mapping[str, Any] | None = None) -> dict[str, str]:
     """Part -> who deploys it, for the parts the install runs: read from the platform
-    release's values (own mode) or the GPU Operator's (operator mode), and `cluster.nfd`."""
+    release's values (own mode) or the gpu-operator chart's (`operator_values`, operator
+    mode; the operator's defaults where they say nothing), and `cluster.nfd`."""
     p = platform_values.get("platform", {})
     on = lambda part: bool(p.get(part, {}).get("enabled"))   # noqa: E731
     parts = {INSTALL_ORDER: "gpuvalues values"}
     if spec.nfd == "present":
         parts[NFD] = "the cluster (cluster.nfd: present)"
     if spec.platform.gpu_operator:
-        op = platform_values.get("gpuOperator", {})      # the operator's values, when written
+        op = operator_values or {}
         op_on = lambda key: bool(op.get(key, {}).get("enabled", True))   # noqa: E731
         parts[GPU_OPERATOR] = "the GPU Operator"
         if NFD not in parts and op_on("nfd"):
@@ -163,8 +165,8 @@ class NodeState:
     why_not: Mapping[str, str] = field(default_factory=dict)
 
 
-def node_states(spec: Spec, layout: Layout | None, platform_values: Mapping[str, Any]
-                ) -> tuple[NodeState, ...]:
+def node_states(spec: Spec, layout: Layout | None, platform_values: Mapping[str, Any],
+                operator_values: Mapping[str, Any] | None = None) -> tuple[NodeState, ...]:
     """One NodeState per node group: the parts of the install replayed in causal order
     (install order -> NFD -> the GPU Operator's labeller -> mig-manager -> GFD -> device
     plugin) from the day-0 labels. The agents' outputs are the project's model of them
@@ -173,7 +175,7 @@ def node_states(spec: Spec, layout: Layout | None, platform_values: Mapping[str,
     from gpuvalues.errors import GpuValuesError
     from gpuvalues.fleet import group_node
 
-    parts = install_parts(spec, platform_values)
+    parts = install_parts(spec, platform_values, operator_values)
     out = []
     for g in (layout.node_groups if layout else ()):
         pool = spec.pool(g.pool)
@@ -229,7 +231,8 @@ def produced_nodes(fleet: Fleet):
 
     nodes = []
     index: dict[str, int] = {}
-    states = {s.group: s for s in node_states(fleet.spec, fleet.layout, fleet.platform.values)}
+    states = {s.group: s for s in node_states(fleet.spec, fleet.layout, fleet.platform.values,
+                                              operator_values(fleet))}
     for g in (fleet.layout.node_groups if fleet.layout else ()):
         s = states.get(g.name)
         if s is None:
@@ -273,13 +276,19 @@ def required_node_labels(values: Mapping[str, Any]) -> dict[str, tuple[str, ...]
     return out
 
 
-def missing_producers(spec: Spec, layout: Layout | None, platform_values: Mapping[str, Any],
-                      pool: str, required: Mapping[str, tuple[str, ...]]
+def operator_values(fleet: Fleet) -> Mapping[str, Any] | None:
+    """The gpu-operator chart's values of the fleet, None without the operator."""
+    return fleet.gpu_operator.values if fleet.gpu_operator is not None else None
+
+
+def missing_producers(fleet: Fleet, pool: str, required: Mapping[str, tuple[str, ...]]
                       ) -> list[tuple[str, str | None, str]]:
     """(label, its producer or None, why it is missing) for each label a workload on
     `pool` requires that no node of the pool gets from the install (`node_states`). A label
     that is produced with other values is not missing (fit reports the pods Pending)."""
-    states = [s for s in node_states(spec, layout, platform_values) if s.pool == pool]
+    layout = fleet.layout
+    states = [s for s in node_states(fleet.spec, layout, fleet.platform.values, operator_values(fleet))
+              if s.pool == pool]
     groups: dict[str, NodeGroup] = {g.name: g for g in (layout.node_groups if layout else ())}
     out = []
     for key in required:
