@@ -171,10 +171,11 @@ NFD_CRDS = ("https://github.com/kubernetes-sigs/node-feature-discovery/deploymen
 
 
 def label_commands(fleet: Fleet) -> list[str]:
-    """One bash line per node group: take `nodes` of its pool's nodes (the pool's
-    nodeSelector) that no group claimed yet, in name order, and put the group's labels on
-    them with GROUP_LABEL=<group>, so a rerun labels nothing twice (docs/day1-contract.md).
-    `sed -n 1,Np`, not `head`: it reads all its input, so no SIGPIPE fails the pipeline."""
+    """One bash line per node group: take as many of its pool's nodes (the pool's
+    nodeSelector) that no group claimed yet, in name order, as the group still lacks, and
+    put the group's labels on them with GROUP_LABEL=<group>; a rerun labels nothing
+    (docs/day1-contract.md). `sed -n 1,Np`, not `head`: it reads all its input, so no
+    SIGPIPE fails the pipeline under pipefail."""
     import shlex
 
     from gpuvalues.fleet.spec import GROUP_LABEL
@@ -184,8 +185,10 @@ def label_commands(fleet: Fleet) -> list[str]:
         pool = fleet.spec.pool(g.pool)
         selector = ",".join([f"{k}={v}" for k, v in sorted(pool.selector.items())] + [f"!{GROUP_LABEL}"])
         labels = " ".join(shlex.quote(f"{k}={v}") for k, v in {**g.labels, GROUP_LABEL: g.name}.items())
-        out.append(f"kubectl get nodes -l {shlex.quote(selector)} -o name | sort | sed -n 1,{g.nodes}p "
-                   f"| xargs -r -I{{}} kubectl label --overwrite {{}} {labels}")
+        mine = shlex.quote(f"{GROUP_LABEL}={g.name}")
+        out.append(f"n=$(({g.nodes} - $(kubectl get nodes -l {mine} -o name | wc -l))); "
+                   f"if [ \"$n\" -gt 0 ]; then kubectl get nodes -l {shlex.quote(selector)} -o name "
+                   f"| sort | sed -n \"1,${{n}}p\" | xargs -r -I{{}} kubectl label --overwrite {{}} {labels}; fi")
     return out
 
 

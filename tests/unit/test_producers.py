@@ -141,10 +141,11 @@ def test_label_commands_select_each_group_among_its_pools_unclaimed_nodes():
     fleet = fleet_of(pool=", nodeSelector: {cloud.google.com/gke-nodepool: gpu-a100}")
     [line] = label_commands(fleet)
     [g] = fleet.layout.node_groups
-    assert line.startswith("kubectl get nodes -l 'cloud.google.com/gke-nodepool=gpu-a100,"
-                           f"!{GROUP_LABEL}' -o name | sort | sed -n 1,{g.nodes}p | xargs -r -I{{}} "
-                           "kubectl label --overwrite {} ")
-    assert line.endswith(f"{GROUP_LABEL}={g.name}")
+    assert line.startswith(f"n=$(({g.nodes} - $(kubectl get nodes -l {GROUP_LABEL}={g.name} -o name "
+                           "| wc -l))); if [ \"$n\" -gt 0 ]; then kubectl get nodes -l "
+                           f"'cloud.google.com/gke-nodepool=gpu-a100,!{GROUP_LABEL}' -o name | sort | "
+                           "sed -n \"1,${n}p\" | xargs -r -I{} kubectl label --overwrite {} ")
+    assert line.endswith(f"{GROUP_LABEL}={g.name}; fi")
     # the default pool selector
     assert f"-l '{POOL_LABEL}=a100,!{GROUP_LABEL}'" in label_commands(fleet_of())[0]
     cmds = install_commands(fleet, "out")
