@@ -190,7 +190,7 @@ def node_states(spec: Spec, layout: Layout | None, platform_values: Mapping[str,
             labels[NFD_GPU_LABEL] = "true"     # every pool node has NVIDIA GPUs
             ran.append(NFD)
         else:
-            why[NFD] = "not deployed (cluster.nfd: deploy, or gpuOperator)"
+            why[NFD] = "not deployed, and the spec does not say cluster.nfd: present"
         if GPU_OPERATOR in parts and labels.get(NFD_GPU_LABEL) == "true":
             labels[GPU_PRESENT_LABEL] = "true"
             ran.append(GPU_OPERATOR)
@@ -213,7 +213,7 @@ def node_states(spec: Spec, layout: Layout | None, platform_values: Mapping[str,
             ran.append(DEVICE_PLUGIN)
             if not mig_applied:
                 # the GPUs keep their day-0 state, MIG disabled: one nvidia.com/gpu each
-                alloc, mig_profiles, strategy = {"nvidia.com/gpu": pool.gpus_per_node}, {}, strategy
+                alloc, mig_profiles = {"nvidia.com/gpu": pool.gpus_per_node}, {}
         else:
             why[DEVICE_PLUGIN] = ("not deployed" if DEVICE_PLUGIN not in parts
                                   else "its DaemonSet does not schedule on the node")
