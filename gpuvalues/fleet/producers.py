@@ -281,14 +281,16 @@ def operator_values(fleet: Fleet) -> Mapping[str, Any] | None:
     return fleet.gpu_operator.values if fleet.gpu_operator is not None else None
 
 
-def missing_producers(fleet: Fleet, pool: str, required: Mapping[str, tuple[str, ...]]
-                      ) -> list[tuple[str, str | None, str]]:
+def missing_producers(fleet: Fleet, pool: str, required: Mapping[str, tuple[str, ...]],
+                      states: tuple[NodeState, ...] | None = None) -> list[tuple[str, str | None, str]]:
     """(label, its producer or None, why it is missing) for each label a workload on
     `pool` requires that no node of the pool gets from the install (`node_states`). A label
-    that is produced with other values is not missing (fit reports the pods Pending)."""
+    that is produced with other values is not missing (fit reports the pods Pending).
+    `states`: the fleet's `node_states`, when the caller has them."""
     layout = fleet.layout
-    states = [s for s in node_states(fleet.spec, layout, fleet.platform.values, operator_values(fleet))
-              if s.pool == pool]
+    if states is None:
+        states = node_states(fleet.spec, layout, fleet.platform.values, operator_values(fleet))
+    states = tuple(s for s in states if s.pool == pool)
     groups: dict[str, NodeGroup] = {g.name: g for g in (layout.node_groups if layout else ())}
     out = []
     for key in required:
