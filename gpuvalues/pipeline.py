@@ -144,9 +144,10 @@ def write_node_side(fleet: Fleet, directory: str | Path) -> list[Path]:
 def write_values(fleet: Fleet, out: str | None, artifacts: str | None,
                  workload: str | None = None) -> list[Path]:
     """Write the values: into a directory, `<release>.values.yaml` per release (platform
-    first); into a file (`out` is not a directory and the spec has one workload, or
-    `workload` is named), that one release (`combined_values` for a one-workload spec).
-    With `artifacts`, the node side too. All files are written as one: a failure leaves
+    first, and the gpu-operator chart's with `platform.gpuOperator`); into a file (`out` is
+    not a directory and the spec has one workload, or `workload` is named), that one
+    release (`combined_values` for a one-workload spec). With `artifacts`, the node side
+    too (and there the gpu-operator chart's values, in file mode). All files are written as one: a failure leaves
     every target as it was (gpuvalues.io.files.write_all)."""
     outputs: list[tuple[Path, str]] = []
     folders: list[Path] = []
@@ -162,6 +163,10 @@ def write_values(fleet: Fleet, out: str | None, artifacts: str | None,
     if artifacts:
         folders.append(Path(artifacts))
         outputs += _node_side_files(fleet, artifacts)
+        if not any(p.name == "gpu-operator.values.yaml" for p, _ in outputs):
+            # one-release file mode: the gpu-operator chart's values go with the node side
+            outputs += [(Path(artifacts) / f"{r.name}.values.yaml", release_values_text(r))
+                        for r in _operator(fleet)]
     return _write_outputs(outputs, folders)
 
 
