@@ -149,7 +149,8 @@ def cmd_update(args: argparse.Namespace) -> int:
     from gpuvalues.io import update
 
     changes = update.parse_sets(args.set or [], as_string=args.string)
-    warnings = update.update_values(args.file, changes, validate=not args.no_validate)
+    warnings = update.update_values(args.file, changes, validate=not args.no_validate,
+                                    typed=not args.string)
     for w in warnings:
         say(args, str(w))
     say(args, f"updated {args.file}: {', '.join(changes)}")
@@ -201,35 +202,51 @@ def cmd_replan(args: argparse.Namespace) -> int:
 
 def cmd_rollout(args: argparse.Namespace) -> int:
     """`gpuvalues rollout REPLAN`: apply a re-plan's MIG changes in waves (cordon, evict GPU pods
-    honouring PDBs, relabel, wait for mig-manager, check resources, uncordon); resumable."""
-    import os
-
-    from gpuvalues import yamlio
+    honouring PDBs, relabel, wait for mig-manager, check resources, uncordon); resumable.
+    Everything offline is checked before the cluster is contacted; --dry-run never contacts it."""
     from gpuvalues.operations import rollout
-    from gpuvalues.operations.controller import api_client_for
 
-    data = yamlio.parse_yaml(yamlio.read_text(args.replan), source=args.replan, error=rollout.RolloutError)
-    changes = rollout.changes_from_replan(data)
-    core = policy = None
-    if not args.dry_run or args.kubeconfig or os.environ.get("KUBECONFIG"):
-        from kubernetes import client
-        api = api_client_for(args.kubeconfig, args.context)
-        core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
-    pods, allowance = rollout.pods_and_budgets(core, policy, [c.node for c in changes]) if core else ({}, {})
-    waves = rollout.plan_waves(changes, pods, allowance, max_unavailable_per_pool=args.max_unavailable_per_pool,
-                               max_nodes_per_wave=args.max_nodes_per_wave)
-    if args.dry_run:
+    rollout.check_option("--timeout", args.timeout, 0.1, rollout.MAX_TIMEOUT_S)
+    rollout.check_option("--poll", args.poll, 0.01, rollout.MAX_POLL_S)
+    rollout.check_option("--max-unavailable-per-pool", args.max_unavailable_per_pool, 1, rollout.MAX_CHANGES,
+                         whole=True)
+    rollout.check_option("--max-nodes-per-wave", args.max_nodes_per_wave, 1, rollout.MAX_CHANGES, whole=True,
+                         optional=True)
+    configmap = rollout.check_configmap(args.configmap) if args.configmap else None
+    replan = rollout.load_replan(args.replan, need_configs=bool(configmap))
+    changes = list(replan.changes)
+    if not changes:
+        say(args, f"gpuvalues: rollout: {args.replan} changes no node: nothing to roll out")
+        emit(args, {"waves": []} if args.dry_run else {"nodes": {}},
+             lambda _: "no node changes: nothing to roll out\n")
+        return 0
+    limits = dict(max_unavailable_per_pool=args.max_unavailable_per_pool, max_nodes_per_wave=args.max_nodes_per_wave)
+    if args.dry_run:                   # never a kubeconfig read or an API call
+        waves = rollout.plan_waves(changes, {}, {}, **limits)
+        say(args, "gpuvalues: rollout: dry run: the cluster is not contacted, so these waves use the pool "
+                  "limits only (the rollout also reads PodDisruptionBudgets and may split them further)")
         emit(args, {"waves": [{"index": w.index, "pods": w.pods, "nodes": [
             {"node": c.node, "pool": c.pool, "from": c.from_config, "to": c.to, "resources": dict(c.resources)}
             for c in w.changes]} for w in waves]}, lambda _: rollout.describe(waves))
         return 0
-    if args.configmap:
-        ns, _, name = args.configmap.partition("/")
-        cfg = (data.get("plan") or {}).get("mig_parted_config") or {}
-        written = rollout.apply_mig_parted_config(core, ns, name, cfg)
-        say(args, f"gpuvalues: configmap {args.configmap}: wrote {len(written)} mig-parted configs")
-    results = rollout.Rollout(core, waves, poll=args.poll, timeout=args.timeout,
-                              log=lambda m: say(args, f"gpuvalues: rollout: {m}")).run()
+    from kubernetes import client
+
+    from gpuvalues.operations.controller import api_client_for
+
+    try:
+        api = api_client_for(args.kubeconfig, args.context)
+    except GpuValuesError as exc:
+        raise rollout.RolloutInputError(exc.message, field="--kubeconfig", code="GV046") from None
+    core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
+    with rollout.api_errors():
+        rollout.check_cluster(rollout.list_nodes(core), replan)
+        pods, allowance = rollout.pods_and_budgets(core, policy, [c.node for c in changes])
+        waves = rollout.plan_waves(changes, pods, allowance, **limits)
+        if configmap:
+            written = rollout.apply_mig_parted_config(core, *configmap, replan.mig_parted_config or {})
+            say(args, f"gpuvalues: configmap {args.configmap}: wrote {len(written)} mig-parted configs")
+        results = rollout.Rollout(core, waves, poll=args.poll, timeout=args.timeout,
+                                  log=lambda m: say(args, f"gpuvalues: rollout: {m}")).run()
     emit(args, {"nodes": {n: {"to": r.to, "steps": r.steps, "evicted": len(r.evicted), "done": r.done}
                           for n, r in sorted(results.items())}},
          lambda d: "".join(f"{n}: {v['to']} done\n" for n, v in d["nodes"].items()))
@@ -394,9 +411,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rollout", help="apply a re-plan's MIG changes in waves: cordon, drain (PDBs), relabel, "
                                        "wait for mig-manager, check resources, uncordon",
                        description="Reconfigure only the nodes a re-plan changes, in waves that keep every "
-                                   "PodDisruptionBudget; progress is recorded on each node, so a rerun resumes.")
+                                   "PodDisruptionBudget; progress is recorded on each node, so a rerun resumes. "
+                                   "The file, the options and then the cluster are checked before the first "
+                                   "action; only a mig.config.state mig-manager writes after the relabel counts; "
+                                   "each step is an Event on the Node.")
     p.add_argument("replan", metavar="REPLAN", help="`gpuvalues --output json replan ...` output")
-    p.add_argument("--dry-run", action="store_true", help="print the waves and steps; change nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the waves and steps; read no kubeconfig, call no API, change nothing")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--max-unavailable-per-pool", type=int, default=1, metavar="N",
@@ -482,7 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("update", help="change a values.yaml in place, keeping comments and order")
     p.add_argument("file", metavar="VALUES", help="values file to edit in place")
     p.add_argument("--set", action="append", metavar="PATH=VALUE",
-                   help="a.b[0].c=value (value read as Helm reads plain YAML); repeatable")
+                   help="a.b[0].c=value (typed as helm --set types it; a number where the chart's schema takes one); repeatable")
     p.add_argument("--string", action="store_true", help="take every value as a string")
     p.add_argument("--no-validate", action="store_true",
                    help="skip schema and semantic checks (YAML typing is still checked)")

@@ -208,6 +208,12 @@ CODES = {
               "give a folder for several files (ending in /), a file name for one"),
     "GV041": ("remediation controller options, config or kubeconfig invalid",
               "fix the option or key the message names (docs/self-healing.md lists them)"),
+    "GV046": ("a re-plan file or rollout option a rollout cannot run",
+              "give `gpuvalues --output json replan` output unchanged, and finite option values in range"),
+    "GV048": ("the cluster does not match the re-plan",
+              "re-plan against the current cluster, or remove a malformed rollout state annotation"),
+    "GV049": ("a rollout stopped: mig-manager failed or a wave timed out",
+              "see the node's Events and mig-manager's logs, fix, then rerun (it resumes)"),
     "GV100": ("bad input", "fix the value the message names"),
 }
 

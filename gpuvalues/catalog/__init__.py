@@ -284,6 +284,7 @@ def _derive_profile_gib(profiles: tuple[MigProfile, ...], total_slices: int,
     published table, e.g. H200 16.00 / 32.25 / 69.50 / 139.75 GiB for 1/2/4/8 slices, so the
     scaled value is a lower estimate). Without: the nominal GB times the catalog's lowest
     published ratio for the same memory fraction or slice count (`_gib_ratios`; 0.85 if none).
+    Either way never above a published row of at least as many slices.
     """
     published = [p for p in profiles if p.memory_gib_status == "published"]
     out = []
@@ -299,6 +300,9 @@ def _derive_profile_gib(profiles: tuple[MigProfile, ...], total_slices: int,
         else:
             gib = p.memory_gb * min(ratios.get(("frac", p.memory_slices / total_slices), 0.85),
                                     ratios.get(("slices", p.memory_slices), 0.85))
+        # never above a published instance of at least this size (drivers reserve more on
+        # larger instances in some tables: H100 NVL 3g 46.12 x 2 > 7g 92.62)
+        gib = min([gib, *(q.memory_gib for q in published if q.memory_slices >= p.memory_slices)])
         out.append(replace(p, memory_gib=_floor2(gib)))
     return tuple(out)
 

@@ -83,6 +83,11 @@ def _describe(error: ValidationError) -> str:
         return f"{_short(error.instance)} has {len(error.instance)} characters, {bound} {error.validator_value}"
     if error.validator == "not" and error.validator_value == {"pattern": ":latest(@|$)"}:
         return "image tag must be pinned, not 'latest'"
+    if error.validator == "not" and isinstance(error.instance, dict) and \
+            error.validator_value.get("required") == ["name", "value"]:
+        return (f"{error.instance.get('name')}: a literal credential in values ends up in the "
+                "release Secret and in `helm get values`; reference an existing Secret "
+                "(model.token.secretName, or valueFrom.secretKeyRef)")
     if _alternative_keys(error):
         keys = " or ".join(repr(k) for k in _alternative_keys(error))
         return f"needs {keys}"

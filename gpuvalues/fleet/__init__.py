@@ -19,8 +19,8 @@ from typing import Any, Mapping
 from gpuvalues import catalog
 from gpuvalues.errors import Finding, GpuValuesError
 from gpuvalues.fleet import sizing
-from gpuvalues.fleet.layout import Layout, NodeGroup, lay_out
-from gpuvalues.fleet.placement import Placement, place
+from gpuvalues.fleet.layout import Layout, NodeGroup, choose_pools, lay_out
+from gpuvalues.fleet.placement import Placement, candidates
 from gpuvalues.fleet.releases import (Release, gpu_operator_release, platform_release, warning,
                                       workload_release)
 from gpuvalues.fleet.spec import Spec
@@ -108,14 +108,18 @@ def build_fleet(spec: Spec, *, objective: str = "gpus", baselines: bool = False,
     def warn(code: str, message: str, *path: Any) -> None:
         findings.append(warning(spec, code, message, *path))
 
-    placements: list[Placement] = []
+    options: list[tuple[Placement, ...]] = []
     for wi, w in enumerate(spec.workloads):
         try:
-            placements.append(place(spec, wi))
+            options.append(candidates(spec, wi))
         except GpuValuesError as exc:
             findings.append(_finding(spec, exc, ("workloads", wi)))
-    peaks = {p.workload: sizing.peak_replicas(spec, spec.workload(p.workload), p.mode)
-             for p in placements}
+
+    def peak_of(p: Placement) -> int:
+        return sizing.peak_replicas(spec, spec.workload(p.workload), p.mode)
+
+    placements = choose_pools(spec, options, peak_of)
+    peaks = {p.workload: peak_of(p) for p in placements}
     try:
         layout = lay_out(spec, placements, peaks, objective=objective, baselines=baselines,
                          time_limit=time_limit)
@@ -155,6 +159,10 @@ def _shortage_findings(spec: Spec, layout: Layout, placements: list[Placement]) 
         severe = fixed or any(s.got == 0 for s in items)
         text = "; ".join(f"{s.workload} wants {s.wanted} replicas, gets {s.got} ({s.why})"
                          for s in items)
+        holders = sorted(layout.held.get(pool_name, {}).items(), key=lambda kv: (-kv[1], kv[0]))
+        if any(n for _, n in holders):     # who holds the capacity, not only who is starved
+            text += "; its GPUs are held by " + ", ".join(
+                f"{w} ({n} GPU{'s' if n != 1 else ''})" for w, n in holders if n)
         source, line, col = spec.position("cluster", "nodePools", pi)
         out.append(Finding("GV015", f"pool {pool_name} cannot hold its workloads at peak: {text}",
                            f"cluster.nodePools[{pi}]", source, line, col,

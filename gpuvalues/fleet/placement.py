@@ -15,11 +15,11 @@ from typing import Any
 
 from gpuvalues import catalog, yamlio
 from gpuvalues.catalog import GpuModel, MigProfile
-from gpuvalues.errors import CatalogError, PlanError, SpecError
+from gpuvalues.errors import CatalogError, GpuValuesError, PlanError, SpecError
 from gpuvalues.fleet.spec import NodePool, Spec, Workload
 from gpuvalues.planners import deviceplugin, mig
 
-__all__ = ["Placement", "place", "usable_gib", "spec_error"]
+__all__ = ["Placement", "place", "candidates", "usable_gib", "spec_error"]
 
 # Resources a pod requests, per chart gpu.mode (the device plugin's names; shared
 # replicas are renamed, k8s-device-plugin api/config/v1 `renameByDefault`).
@@ -51,11 +51,14 @@ class Placement:
 
     @property
     def resource(self) -> str:
-        """The extended resource each pod requests (`dra`: devices through a claim)."""
+        """The extended resource each pod requests; `dra`: the DeviceClass its
+        ResourceClaimTemplate claims devices of (the chart's gpu.dra.deviceClassName)."""
         if self.mode == "mig":
             return catalog.mig_resource_name(self.mig_profile)
         if self.mode == "shared":
             return SHARED_RESOURCE if self.renamed else WHOLE_RESOURCE
+        if self.mode == "dra":
+            return f"{deviceplugin.DRA_GPU_CLASS} (DRA claim)"
         return WHOLE_RESOURCE
 
     @property
@@ -108,8 +111,27 @@ def _gib(x: float) -> str:
 
 
 def place(spec: Spec, wi: int) -> Placement:
-    """The placement of workload `wi`, or a `PlanError` placed at the workload that says
-    why no pool can host it (each pool's reason)."""
+    """The placement of workload `wi` on the first pool that can host it, or a `PlanError`
+    placed at the workload that says why no pool can host it (each pool's reason)."""
+    return candidates(spec, wi)[0]
+
+
+def candidates(spec: Spec, wi: int) -> tuple[Placement, ...]:
+    """The placements of workload `wi` on every pool that can host it, in pool order (its
+    `nodePool` only, when set); `fleet.layout.choose_pools` picks one. Raises as `place`
+    does when none can; a later pool's own error only drops that pool."""
+    pools = spec.pools_for(spec.workloads[wi])
+    found: list[Placement] = []
+    for pool in pools:
+        try:
+            found.append(_place_on(spec, wi, (pool,)))
+        except GpuValuesError:
+            continue
+    return tuple(found) or (_place_on(spec, wi, pools),)   # none: raises every pool's reason
+
+
+def _place_on(spec: Spec, wi: int, pools: tuple[NodePool, ...]) -> Placement:
+    """The placement of workload `wi` on the first of `pools` that can host it."""
     w = spec.workloads[wi]
     sharing = spec.sharing_for(w)
     at = ("workloads", wi)
@@ -118,7 +140,7 @@ def place(spec: Spec, wi: int) -> Placement:
     headroom = f" + {spec.memory_headroom:.0%} headroom" if spec.memory_headroom else ""
     asked = f"{_gib(w.memory_gib)}{headroom}" if need else ""     # for messages
     problems: list[tuple[str, str]] = []        # (code, why not this pool)
-    for pool in spec.pools_for(w):
+    for pool in pools:
         gpu = _gpu(spec, pool)
         whole = _whole_gpus(need, w, gpu)
         single = whole == 1 and w.tensor_parallel == 1 and (w.gpus or 1) == 1
@@ -184,10 +206,13 @@ def place(spec: Spec, wi: int) -> Placement:
                                      f"holds {asked}"))
                     continue
             per = mig.max_instances(gpu, prof.name)
-            why = (f"mig: {prof.name} ({_gib(usable_gib(prof))} usable"
+            # a driver branch's name the spec asks for (GB200 1g.24gb) is what the device
+            # plugin advertises and mig-parted must be given: keep it
+            name = sharing.mig_profile if sharing.mig_profile in prof.aliases else prof.name
+            why = (f"mig: {name} ({_gib(usable_gib(prof))} usable"
                    + (f" >= {asked} needed" if need else "")
                    + f"), {per} per {gpu.name}")
-            return Placement(w.name, pool, gpu, "mig", 1, "mig", mig_profile=prof.name,
+            return Placement(w.name, pool, gpu, "mig", 1, "mig", mig_profile=name,
                              units_per_gpu=per, why=why)
         # time-slicing / MPS: replicas per GPU from memory, within the device plugin's limits
         if sharing.replicas_per_gpu:

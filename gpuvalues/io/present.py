@@ -167,6 +167,10 @@ def topology_table(data: dict) -> str:
     cliques = data["nvlinkCliques"]
     out.append("NVLink cliques: " + (", ".join("{" + ",".join(map(str, c)) + "}" for c in cliques) or "none")
                + (" (through NVSwitch)" if data["nvswitch"] else ""))
+    islands = data.get("nvlinkIslands") or []
+    alone = sorted(set(gpus) - {g for i in islands for g in i})
+    if alone:    # tensor-parallel pods must not get these
+        out.append("GPUs without NVLink: " + ", ".join(f"GPU{g}" for g in alone))
     out.append("labels:")
     out.extend(f"  {k}={v}" for k, v in data["labels"].items())
     if "bestGpuSet" in data:

@@ -222,15 +222,69 @@ def apply_updates(text: str, updates: Mapping[str, Any], source: str = "values.y
     return out.getvalue()
 
 
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _types_at(schema: Mapping, path: tuple, root: Mapping | None = None) -> set[str]:
+    """JSON types the schema allows at `path` (properties, items, additionalProperties,
+    local $ref, anyOf/oneOf/allOf); empty when it does not say."""
+    root = root if root is not None else schema
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        node: Any = root
+        for part in ref[2:].split("/"):
+            node = node.get(part, {}) if isinstance(node, Mapping) else {}
+        return _types_at(node, path, root)
+    out: set[str] = set()
+    for key in ("anyOf", "oneOf", "allOf"):
+        for sub in schema.get(key) or ():
+            out |= _types_at(sub, path, root)
+    if not path:
+        kind = schema.get("type")
+        out |= {kind} if isinstance(kind, str) else set(kind or ())
+        return out
+    head, rest = path[0], path[1:]
+    if isinstance(head, int):
+        sub = schema.get("items")
+    else:
+        sub = (schema.get("properties") or {}).get(head, schema.get("additionalProperties"))
+    if isinstance(sub, Mapping):
+        out |= _types_at(sub, rest, root)
+    return out
+
+
+def schema_typed(updates: Mapping[str, Any], schema: Mapping) -> dict[str, Any]:
+    """`updates` with each text that Helm's `--set` keeps a string (`0.3`, `1e3`) made a
+    number where the schema takes a number there and no string (a values file is YAML:
+    `memoryFraction: 0.3` is a float; `helm --set` would pass "0.3" and fail the schema)."""
+    out = dict(updates)
+    for key, value in updates.items():
+        if not isinstance(value, str) or not _NUMBER.fullmatch(value):
+            continue
+        kinds = _types_at(schema, parse_path(key) if isinstance(key, str) else tuple(key))
+        if "string" in kinds or not kinds & {"number", "integer"}:
+            continue
+        number = float(value)
+        if number.is_integer() and "integer" in kinds and "number" not in kinds:
+            out[key] = int(number)
+        elif "number" in kinds and abs(number) != float("inf"):
+            out[key] = number
+    return out
+
+
 def update_values(path: str | Path, updates: Mapping[str, Any], *,
                   schema_path: str | Path = VALUES_SCHEMA, validate: bool = True,
-                  semantic: bool = True) -> list[Finding]:
+                  semantic: bool = True, typed: bool = True) -> list[Finding]:
     """Set each `"a.b": value` in the values file at `path`, in place.
 
-    Keeps comments, key order and quoting. Validates the result (chart schema, then
-    semantic rules) before an atomic write; raises `ValidationFailed` (a SpecError) and
-    leaves the file untouched when it does not pass. Returns the warnings.
+    Keeps comments, key order and quoting. With `typed`, a number-like text goes in as a
+    number where the chart's schema wants one (`schema_typed`). Validates the result (chart
+    schema, then semantic rules) before an atomic write; raises `ValidationFailed` (a
+    SpecError) and leaves the file untouched when it does not pass. Returns the warnings.
     """
+    if typed:
+        from gpuvalues.schemas import load_schema
+        updates = schema_typed(updates, load_schema(schema_path))
     if str(path) == yamlio.STDIN:
         raise SpecError("update edits a file in place; it cannot read stdin ('-')")
     raw, source = yamlio.read_source(path)       # refuses FIFOs, devices, huge files first

@@ -46,6 +46,9 @@ DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
 # api/config/v1/flags.go updateFromCLIFlag). A pool with GPUDirect hardware and
 # multi-node workloads would set them true in its own named config.
 CONTAINER_FEATURES = {"gdsEnabled": False, "mofedEnabled": False, "gdrcopyEnabled": False}
+# What DRA pods claim instead: whole GPUs of the DRA driver's DeviceClass (NVIDIA
+# k8s-dra-driver-gpu; the chart's gpu.dra.deviceClassName default). fit counts them.
+DRA_GPU_CLASS = "gpu.nvidia.com"
 MIG_STRATEGIES = ("none", "single", "mixed")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 DEVICE_ID_STRATEGIES = ("uuid", "index")

@@ -31,7 +31,9 @@ untolerated taint {dedicated: infer}." -- one reason per node from the first fil
 fails (NodeResourcesFit may give several).
 
 NOT modelled (fit says so in every report): scoring, preemption and priority-based
-eviction, DRA allocation (ResourceClaims: only the pod's other requests are checked),
+eviction, DRA allocation beyond whole GPUs (a claim's ExactCount of DeviceClass
+`gpu.nvidia.com` from its ResourceClaimTemplate counts against the GPUs of nodes without
+the device plugin; other claims: only the pod's other requests are checked),
 required pod affinity and topology spread constraints, host ports, volumes, pods already
 running on the nodes (nodes start empty), DaemonSets, and which physical GPU a pod gets
 (`gpuvalues.planners.topology.best_gpu_set` answers that per node). Basic resources (cpu, memory,
@@ -39,16 +41,18 @@ pods) a node's inventory does not list are treated as unlimited.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
 from gpuvalues.errors import CapacityError
+from gpuvalues.planners.deviceplugin import DRA_GPU_CLASS
 from gpuvalues.planners.inventory import Inventory, Node, resource_amount
 
 NOT_MODELLED = (
     "scoring: fit takes the first feasible node in name order; the scheduler scores nodes",
     "preemption and eviction of lower-priority pods",
-    "DRA allocation (ResourceClaims): only a pod's other requests are checked",
+    "DRA allocation beyond whole GPUs (gpu.nvidia.com claims count against a node's GPUs; "
+    "other claims: only a pod's other requests are checked)",
     "required pod affinity (anti-affinity is modelled) and topology spread constraints",
     "pods already running on the nodes (every node starts empty), DaemonSets, host ports, volumes",
     "which physical GPU or MIG slice a pod gets (see `gpuvalues topo --best N`)",
@@ -60,6 +64,10 @@ _MSG_UNSCHEDULABLE = "node(s) were unschedulable"
 _MSG_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 _MSG_TOO_MANY_PODS = "Too many pods"
 _MSG_NODE_NAME = "node(s) didn't match the requested node name"
+# Whole GPUs claimed through DRA (deviceplugin.DRA_GPU_CLASS) count as a resource of their
+# own; the DynamicResources filter's reason
+# (pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go).
+_MSG_DRA = "cannot allocate all claims"
 
 
 @dataclass(frozen=True)
@@ -365,6 +373,8 @@ def _workloads_from_manifests(objects: Sequence[Mapping]) -> tuple[list[Workload
                 (f"ScaledObject/{meta.get('name')}", int(spec.get("minReplicaCount", 0)),
                  int(spec.get("maxReplicaCount", 100))))
     workloads, skipped, warnings = [], [], []
+    templates = {((o.get("metadata") or {}).get("namespace") or "default", (o.get("metadata") or {}).get("name")): o
+                 for o in objects if isinstance(o, Mapping) and o.get("kind") == "ResourceClaimTemplate"}
     for o in objects:
         if not isinstance(o, Mapping) or o.get("kind") not in WORKLOAD_KINDS:
             if isinstance(o, Mapping) and o.get("kind") == "DaemonSet":
@@ -398,7 +408,13 @@ def _workloads_from_manifests(objects: Sequence[Mapping]) -> tuple[list[Workload
         if lo > hi:
             raise CapacityError(f"minimum replicas {lo} exceed maximum {hi}", source=scaled_by or where)
         if shape.uses_dra:
-            warnings.append(f"{where} uses DRA ResourceClaims; fit checks only its other requests")
+            devices = _dra_gpus(pod_spec, ns, templates)
+            if devices is None:
+                warnings.append(f"{where} uses DRA ResourceClaims fit cannot count (not whole "
+                                f"{DRA_GPU_CLASS} devices of a ResourceClaimTemplate in the "
+                                "manifests); fit checks only its other requests")
+            elif devices:
+                shape = replace(shape, requests=tuple(sorted(shape.requests + ((DRA_GPU_CLASS, devices),))))
         if pod_spec.get("topologySpreadConstraints") and any(
                 c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"
                 for c in pod_spec["topologySpreadConstraints"]):
@@ -416,6 +432,34 @@ def _workloads_from_manifests(objects: Sequence[Mapping]) -> tuple[list[Workload
                                                           (template_meta.get("labels") or {}).items())),
                                   anti_affinity=_anti_affinity_terms(pod_spec, where, warnings)))
     return workloads, skipped, warnings
+
+
+def _dra_gpus(pod_spec: Mapping, ns: str, templates: Mapping) -> int | None:
+    """Whole GPUs a pod claims through DRA: the ExactCount requests of DeviceClass
+    gpu.nvidia.com in the ResourceClaimTemplates its resourceClaims name; None when some
+    claim is anything else (another class, a selector-free count fit cannot read, a
+    ResourceClaim or template not in the manifests)."""
+    total = 0
+    for claim in pod_spec.get("resourceClaims") or ():
+        tmpl = templates.get((ns, (claim or {}).get("resourceClaimTemplateName")))
+        if tmpl is None:
+            return None
+        for req in (((tmpl.get("spec") or {}).get("spec") or {}).get("devices") or {}).get("requests") or ():
+            exactly = (req or {}).get("exactly") or {}
+            count = exactly.get("count", 1)
+            if exactly.get("deviceClassName") != DRA_GPU_CLASS or \
+                    exactly.get("allocationMode", "ExactCount") != "ExactCount" or \
+                    not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                return None
+            total += count
+    return total
+
+
+def dra_gpus(node: Node) -> int:
+    """GPUs a node offers to DRA claims: its GPU count (GFD's nvidia.com/gpu.count) when the
+    device plugin advertises none of them (NVIDIA's DRA driver and device plugin must not
+    share a node), else 0."""
+    return node.gpu.count if node.gpu.count and not node.gpu_resources else 0
 
 
 # -- filters -----------------------------------------------------------------------------------
@@ -489,7 +533,7 @@ def _resource_reasons(requests, free: Mapping[str, int], pods_free: int | None) 
         if have is None and r in _BASIC:
             continue  # not in the inventory: unlimited
         if (have or 0) < q:
-            reasons.append(f"Insufficient {r}")
+            reasons.append(_MSG_DRA if r == DRA_GPU_CLASS else f"Insufficient {r}")
     return reasons
 
 
@@ -529,7 +573,7 @@ class _Cluster:
     def __init__(self, inventory: Inventory, workloads: Sequence[Workload]):
         self.nodes = list(inventory.nodes)  # sorted by name
         self.workloads = workloads
-        self.free = [dict(n.allocatable) for n in self.nodes]
+        self.free = [{**n.allocatable, DRA_GPU_CLASS: dra_gpus(n)} for n in self.nodes]
         self.pods_free = [n.allocatable.get("pods") for n in self.nodes]
         self.pod_count = [0] * len(self.nodes)
         self.static: dict[PodShape, list[str | None]] = {}
@@ -693,6 +737,16 @@ def _simulate(name: str, workloads: Sequence[Workload], inventory: Inventory, co
 def fit(manifests: Sequence[Mapping], inventory: Inventory) -> FitReport:
     """Simulate min and max replicas of every GPU workload in `manifests` on `inventory`."""
     workloads, skipped, warnings = workloads_from_manifests(manifests)
+    claims = [w for w in workloads if dict(w.shape.requests).get(DRA_GPU_CLASS)]
+    if claims and not any(dra_gpus(n) for n in inventory.nodes):
+        # no node reports GPUs outside the device plugin (no GFD labels?): do not invent
+        # a shortage, say what is not checked
+        warnings += [f"{w.ref}: no node of the inventory reports GPUs for DRA claims "
+                     "(nvidia.com/gpu.count without device-plugin resources); fit checks only "
+                     "its other requests" for w in claims]
+        workloads = [replace(w, shape=replace(w.shape, requests=tuple(
+            (r, q) for r, q in w.shape.requests if r != DRA_GPU_CLASS))) if w in claims else w
+            for w in workloads]
     if not inventory.nodes:
         warnings.append("the inventory has no nodes")
     lo = _simulate("min", workloads, inventory, [w.min_replicas for w in workloads])

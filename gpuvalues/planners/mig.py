@@ -53,11 +53,14 @@ def _profile_counts(gpu: GpuModel, profiles: Iterable[str] | Mapping[str, int]) 
         counts = Counter(profiles)
     if gpu.mig is None:
         raise MigLayoutError(f"{gpu.name} does not support MIG; share it with time-slicing or MPS instead")
-    for name in counts:
-        if name not in gpu.profile_names:
+    canonical: Counter = Counter()
+    for name, n in counts.items():
+        try:        # a driver branch's name counts as the catalog's (GB200 1g.24gb = 1g.23gb)
+            canonical[gpu.profile(name).name] += n
+        except CatalogError:
             raise MigLayoutError(f"profile {name!r} does not exist on {gpu.name}; "
-                                 f"its profiles are: {', '.join(gpu.profile_names)}")
-    return counts
+                                 f"its profiles are: {', '.join(gpu.profile_names)}") from None
+    return canonical
 
 
 def _check_counts(gpu: GpuModel, counts: Counter) -> None:

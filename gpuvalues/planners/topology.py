@@ -57,6 +57,7 @@ PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 PCIE_SCORE = {"SAME_BOARD": 60, "PIX": 50, "PXB": 40, "PHB": 30, "NODE": 20, "SYS": 10}
 NVLINK_SCORE = 100  # per NVLink, 1..18 links
 MAX_NVLINKS_PER_GPU = 18  # Hopper/Blackwell have 18 NVLink ports, A100 12, V100 6
+MAX_NUMA_NODES = 1024     # Linux's MAX_NUMNODES is at most 1024 (CONFIG_NODES_SHIFT 10)
 
 DEFAULT_TOPOLOGY_KEY = "nvidia.com/gpu.topology"
 DEFAULT_LABEL_PREFIX = "topology.gpu-inference.io/"
@@ -144,8 +145,34 @@ class Topology:
 
         Largest first, then by GPU index. A GPU without NVLink is in no clique.
         """
+        return self._cliques(range(len(self.gpus)))
+
+    def nvlink_islands(self) -> tuple[tuple[int, ...], ...]:
+        """Disjoint NVLink groups: the largest clique, then the largest among the GPUs left,
+        and so on (greedy; exact where cliques do not overlap: NVSwitch nodes, bridged pairs,
+        the DGX-1 halves). A tensor-parallel pod's GPUs must lie in one island; GPUs in
+        none have no NVLink peer left."""
+        left = set(range(len(self.gpus)))
+        out: list[tuple[int, ...]] = []
+        while True:
+            cliques = self._cliques(sorted(left))
+            if not cliques:
+                return tuple(out)
+            out.append(cliques[0])
+            left -= {self.gpus.index(g) for g in cliques[0]}
+
+    def tp_sets(self, size: int) -> int:
+        """How many pods of `size` GPUs fit at once with each pod's GPUs inside one NVLink
+        island (`size` 1: every GPU)."""
+        if size <= 1:
+            return len(self.gpus) if size == 1 else 0
+        return sum(len(g) // size for g in self.nvlink_islands())
+
+    def _cliques(self, positions) -> list[tuple[int, ...]]:
+        """`nvlink_cliques` among the GPUs at `positions` only."""
+        keep = set(positions)
         n = len(self.gpus)
-        adj = [frozenset(j for j in range(n) if j != i and self.links[i][j].startswith("NV")) for i in range(n)]
+        adj = [frozenset(j for j in keep if j != i and self.links[i][j].startswith("NV")) for i in range(n)]
         found: list[frozenset[int]] = []
 
         def bron_kerbosch(r: frozenset, p: set, x: set) -> None:
@@ -159,7 +186,7 @@ class Topology:
                 p = p - {v}
                 x = x | {v}
 
-        bron_kerbosch(frozenset(), set(range(n)), set())
+        bron_kerbosch(frozenset(), set(keep), set())
         cliques = [tuple(sorted(self.gpus[i] for i in c)) for c in found]
         return sorted(cliques, key=lambda c: (-len(c), c))
 
@@ -170,17 +197,22 @@ class Topology:
 
     # -- labels -----------------------------------------------------------------
     def topology_value(self) -> str:
-        """`NV<largest NVLink clique size>`, or `PCIe` when no GPUs share NVLink."""
-        size = self.largest_nvlink_clique()
-        return f"NV{size}" if size else "PCIe"
+        """`NV<k>` when every GPU of the node is in an NVLink island of at least k GPUs (the
+        worst GPU's group: a pod may get any GPU), else `PCIe` (some GPU has no NVLink
+        peer, e.g. a GPU off a degraded NVSwitch fabric)."""
+        islands = self.nvlink_islands()
+        if not islands or sum(len(g) for g in islands) < len(self.gpus):
+            return "PCIe"
+        return f"NV{min(len(g) for g in islands)}"
 
     def labels(self, prefix: str = DEFAULT_LABEL_PREFIX, key: str = DEFAULT_TOPOLOGY_KEY) -> dict[str, str]:
         """Node labels: the topology label under `key`, and facts under `prefix`.
 
         `key` (default `nvidia.com/gpu.topology`, the seed's key; NVIDIA's GFD publishes
-        no such label) carries `NV<k>`/`PCIe`. Under `prefix`: `nvlink-clique-size`,
-        `nvlink-cliques` (how many maximal cliques), `nvlink-min-links` (fewest bonded
-        links inside the largest clique), `nvswitch`, `gpus`, `numa-nodes`,
+        no such label) carries `topology_value()` (`NV<k>` of the worst GPU, or `PCIe`).
+        Under `prefix`: `nvlink-clique-size`, `nvlink-cliques` (how many maximal cliques),
+        `nvlink-min-links` (fewest bonded links inside the largest clique), `nvswitch`,
+        `gpus`, `numa-nodes` (distinct NUMA nodes, ranges such as `0-1` expanded),
         `max-gpus-per-numa` and `pcie-closest` (closest PCIe level between two GPUs not
         joined by NVLink, `none` if every pair is). Every value is a valid label value.
         """
@@ -188,9 +220,10 @@ class Topology:
         largest = cliques[0] if cliques else ()
         min_links = min((self.nvlinks(a, b) for a, b in itertools.combinations(largest, 2)), default=0)
         numa = [v for v in self.numa_affinity if v is not None]
-        per_numa: dict[str, int] = {}
+        per_numa: dict[int, int] = {}       # a GPU with affinity 0-1 counts on both nodes
         for v in numa:
-            per_numa[v] = per_numa.get(v, 0) + 1
+            for node in numa_nodes(v):
+                per_numa[node] = per_numa.get(node, 0) + 1
         pcie = [c for i, row in enumerate(self.links) for j, c in enumerate(row) if i < j and c in PCIE_LEVELS]
         closest = min(pcie, key=PCIE_LEVELS.index) if pcie else "none"
         facts = {
@@ -219,7 +252,7 @@ class Topology:
             return "X"
         if self.numa_affinity:
             na, nb = self.numa_affinity[self._pos(a)], self.numa_affinity[self._pos(b)]
-            if na is not None and na == nb:
+            if na is not None and nb is not None and numa_nodes(na) == numa_nodes(nb):
                 return "NODE"
         return "SYS"
 
@@ -307,6 +340,20 @@ class Topology:
             gpu_nic_links=tuple(tuple(r) for r in d.get("gpuNicLinks", ())),
             nic_names=tuple(d.get("nicNames", {}).items()),
         )
+
+
+def numa_nodes(affinity: str, limit: int | None = MAX_NUMA_NODES) -> frozenset[int]:
+    """The NUMA nodes of a `NUMA Affinity` cell: `0` -> {0}, `0-1` -> {0, 1}, `0-1,3` ->
+    {0, 1, 3} (the CPU-list syntax the parser accepts). With `limit` None, a range wider
+    than MAX_NUMA_NODES is cut there (the parser refuses such a cell)."""
+    out: set[int] = set()
+    for part in affinity.split(","):
+        lo, _, hi = part.partition("-")
+        start, stop = int(lo), int(hi or lo)
+        out.update(range(start, min(stop, start + MAX_NUMA_NODES) + 1))
+        if limit is not None and len(out) > limit:
+            raise GpuValuesError(f"topology: NUMA affinity {affinity!r} names more than {limit} nodes")
+    return frozenset(out)
 
 
 def _check_label(key: str, value: str) -> None:
@@ -689,6 +736,9 @@ def parse_topo_matrix(text: str, source: str | None = None) -> Topology:
                 if value != "N/A" and not _CPU_LIST.match(value):
                     raise fail(lineno, f"row {name}, {label}: {value!r} is not a CPU/NUMA list like 0-31,64-95 "
                                        "(columns run together in a copied output?)")
+                if label == "NUMA Affinity" and value != "N/A" and len(numa_nodes(value, limit=None)) > MAX_NUMA_NODES:
+                    raise fail(lineno, f"row {name}, {label}: {value!r} names more than "
+                                       f"{MAX_NUMA_NODES} NUMA nodes")
                 affinity[label] = None if value == "N/A" else value
         rows[name] = (cells, affinity, lineno)
 
@@ -747,6 +797,8 @@ def topology_report(topo: Topology, *, best: int | None = None, available: Itera
         "gpus": list(topo.gpus),
         "links": {f"GPU{a}": {f"GPU{b}": topo.link(a, b) for b in topo.gpus if b != a} for a in topo.gpus},
         "nvlinkCliques": [list(c) for c in topo.nvlink_cliques()],
+        # disjoint groups a tensor-parallel pod's GPUs must stay in; the rest have no NVLink
+        "nvlinkIslands": [list(g) for g in topo.nvlink_islands()],
         "nvswitch": topo.nvswitch,
         "numaAffinity": {f"GPU{g}": v for g, v in zip(topo.gpus, topo.numa_affinity)} if topo.numa_affinity else {},
         "labels": topo.labels(prefix=prefix, key=key),

@@ -146,7 +146,9 @@ def test_empty_hatches_render_nothing_extra(helm4):
 @pytest.mark.parametrize("values, h4, h3", [
     ({"podLabels": {"app.kubernetes.io/instance": "other"}},
      "podLabels.app.kubernetes.io/instance: the chart's selector label", None),
-    ({"extraEnv": [{"name": "HF_TOKEN", "value": "hf_x"}]}, "extraEnv HF_TOKEN: a literal credential", None),
+    # a literal credential: refused by the schema ($defs.envVar "not"; gpuvalues words it)
+    ({"extraEnv": [{"name": "HF_TOKEN", "value": "hf_x"}]}, "at '/extraEnv/0': 'not' failed",
+     "extraEnv.0: Must not validate the schema (not)"),
     ({"extraArgs": ["--gpu-memory-utilization=0.3"],
       "gpu": {"mode": "shared", "shared": {"memoryFraction": 0.3}}}, "server.args/extraArgs: set only one", None),
     ({"sidecars": [{"name": "x"}]}, "/sidecars/0", "sidecars.0"),

@@ -35,3 +35,17 @@ def test_the_agreement_check_can_fail(helm4):
               "pdb": {"enabled": True, "minAvailable": "50%", "maxUnavailable": None}}
     assert template(helm4, values=values).returncode != 0
     assert [f.code for f in semantic_findings(values)] == ["GV004"]
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "hf_token", "MY_API_KEY", "APIKEY", "API-KEY",
+                                  "DB_PASSWORD", "SECRETARY", "LOG_LEVEL", "VLLM_PORT"])
+def test_literal_credential_rule_helm_and_validate_agree(helm4, name):
+    # one home: values.schema.json $defs.envVar "not"; helm's Go regexp and the Python
+    # schema check must read its pattern alike (issue 23: validate passed what render refused)
+    from gpuvalues import yamlio
+    from gpuvalues.checks.rules import check_values, errors_only
+    values = {"extraEnv": [{"name": name, "value": "x"}]}
+    proc = template(helm4, values=values)
+    assert proc.returncode == 0 or "'not' failed" in proc.stderr, proc.stderr
+    loaded = yamlio.Loaded(values, "v", "", {}, {}, ())
+    assert (proc.returncode != 0) == bool(errors_only(check_values(loaded))), name

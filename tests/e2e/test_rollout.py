@@ -7,10 +7,14 @@ mig-parted config plus node labels, as `--current` takes it) must change exactly
 and `rollout` must cordon it, evict its pods through the real Eviction API under the real
 PDBs, relabel it, wait for mig-manager and uncordon it, touching no other node.
 
-The one fake: mig-manager (there are no GPUs). `FakeMigManager` below does what the GPU
-Operator's mig-manager does to the node object when `nvidia.com/mig.config` changes: sets
-`nvidia.com/mig.config.state=pending`, reads the named config from the mig-parted ConfigMap,
-publishes the MIG resources the node then has and sets the state to `success`. Those
+The one fake: mig-manager. NVIDIA's k8s-mig-manager drives real GPUs through NVML and
+nvidia-mig-parted, and there are none here, so `FakeMigManager` below does what it does to
+the node object when `nvidia.com/mig.config` changes, following upstream's state machine
+(NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go `Run`): `failed` at once for a config
+missing from the mig-parted ConfigMap, `success` at once when already applied, else
+`pending`, the MIG resources the node then has published, and `success`. Its late and busy
+modes, and nodes left with a stale state, are the signals issue 24 says a rollout must not
+trust. Those
 resources are computed by the upstream device plugin itself (k8s-device-plugin at the
 chart's pin, mixed strategy, over go-nvml's mock A100 with that MIG layout: the oracle of
 tests/oracle), so the rollout's own resource check is held against upstream's names.
@@ -18,6 +22,8 @@ kwok plays the kubelets; the real scheduler and ReplicaSet controller move the p
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import threading
 import time
@@ -25,7 +31,7 @@ from functools import lru_cache
 
 import yaml
 
-from gpuvalues.operations.rollout import MIG_CONFIG_LABEL, MIG_STATE_LABEL, ROLLOUT_ANNOTATION
+from gpuvalues.operations.rollout import EVENT_COMPONENT, MIG_CONFIG_LABEL, MIG_STATE_LABEL, ROLLOUT_ANNOTATION
 from gpuvalues.planners.inventory import Inventory
 from tests.e2e.conftest import POOL, harness
 
@@ -53,35 +59,67 @@ def resources_for(config: list) -> dict[str, int]:
 
 
 class FakeMigManager(threading.Thread):
-    """The stated fake of mig-manager: reacts to `nvidia.com/mig.config` on `nodes`."""
+    """The stated fake of mig-manager: reacts to `nvidia.com/mig.config` on `nodes` the way
+    upstream's reconfigure does (NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go `Run`):
+    a config missing from the ConfigMap -> `failed` at once; already applied -> `success` at
+    once; else `pending`, the new resources published, then `success`. `react_after` makes it
+    late: it starts that many seconds after it sees the change (a busy or restarting
+    mig-manager), leaving whatever state the node had; `busy_for` makes it finish an earlier
+    change first (the node starts `pending`, then `success` for the old config)."""
 
-    def __init__(self, kube, nodes: list[str], configmap: tuple[str, str], delay: float = 1.0):
+    def __init__(self, kube, nodes: list[str], configmap: tuple[str, str], delay: float = 1.0,
+                 react_after: float = 0.0, busy_for: float = 0.0):
         super().__init__(daemon=True)
         self.kube, self.nodes, self.cm, self.delay = kube, nodes, configmap, delay
+        self.react_after, self.busy_for = react_after, busy_for
+        self.label_when_earlier_done: dict[str, str | None] = {}
         self.applied: dict[str, str] = {}
         self.history: list[tuple[str, str]] = []
+        self.states: list[tuple[str, str]] = []       # (node, state) in the order written
         self.stop = threading.Event()
 
-    def config(self, name: str) -> dict:
+    def config(self, name: str) -> list | None:
         cm = self.kube.json("get", "configmap", "-n", self.cm[0], self.cm[1])
-        return yaml.safe_load(cm["data"]["config.yaml"])["mig-configs"][name]
+        return (yaml.safe_load(cm["data"]["config.yaml"])["mig-configs"] or {}).get(name)
+
+    def state(self, name: str, value: str) -> None:
+        self.kube.kubectl("label", "node", name, f"{MIG_STATE_LABEL}={value}", "--overwrite")
+        self.states.append((name, value))
 
     def run(self) -> None:
+        if self.busy_for:    # still applying an earlier change (state pending): it ends, then the loop
+            if self.stop.wait(self.busy_for):
+                return
+            for name in self.nodes:
+                self.label_when_earlier_done[name] = self.kube.nodes()[name]["metadata"]["labels"].get(MIG_CONFIG_LABEL)
+                self.state(name, "success")
         while not self.stop.is_set():
             for node in self.kube.nodes().values():
                 name = node["metadata"]["name"]
                 want = node["metadata"].get("labels", {}).get(MIG_CONFIG_LABEL)
                 if name not in self.nodes or want is None or self.applied.get(name) == want:
                     continue
-                self.kube.kubectl("label", "node", name, f"{MIG_STATE_LABEL}=pending", "--overwrite")
-                time.sleep(self.delay)   # reconfiguring the GPUs
-                res = resources_for(self.config(want))
+                if self.stop.wait(self.react_after):
+                    return
+                self.applied[name] = want
+                cfg = self.config(want)
+                if cfg is None:                     # validateMigConfig fails: failed, no pending
+                    self.state(name, "failed")
+                    continue
+                res = resources_for(cfg)
                 old = {k: "0" for k in node["status"]["allocatable"] if k.startswith("nvidia.com/mig-")}
+                now = {k: int(v) for k, v in node["status"]["allocatable"].items()
+                       if k.startswith("nvidia.com/mig-") and int(v)}
+                if now == res:                      # isConfigAlreadyApplied: success, no pending
+                    self.state(name, "success")
+                    self.history.append((name, want))
+                    continue
+                self.state(name, "pending")
+                time.sleep(self.delay)   # reconfiguring the GPUs
                 status = {**old, **{k: str(v) for k, v in res.items()}}
                 self.kube.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p",
                                   json.dumps({"status": {"capacity": status, "allocatable": status}}))
-                self.kube.kubectl("label", "node", name, f"{MIG_STATE_LABEL}=success", "--overwrite")
-                self.applied[name] = want
+                self.state(name, "success")
                 self.history.append((name, want))
             self.stop.wait(0.3)
 
@@ -188,8 +226,6 @@ def _scenario(kube, ns, pool, names, start, tmp_path):
     from gpuvalues import cli
 
     pods_on, result, out = _running(kube, ns, pool, names, start, tmp_path, small_min=6)
-    import contextlib
-    import io
     assert result["nodes_changed"] == 1 and result["gpus_used"] == 3, result
     (changed,) = [c["node"] for c in result["changes"]]
     assert start[changed] == "all-1g"                 # one all-1g node gives a 3g.40gb to mid
@@ -249,5 +285,184 @@ def _scenario(kube, ns, pool, names, start, tmp_path):
         now = {p["metadata"]["uid"] for p in kube.pods(ns) if p["spec"].get("nodeName") == n}
         assert before[n] <= now, n                    # ... and none of their pods was touched
     assert floor["small"] >= 6 and floor["mid"] >= 2, floor   # no PodDisruptionBudget broken
+    reasons = [e["reason"] for e in node_events(kube, changed)]
+    for step in ("MigRolloutCordoned", "MigRolloutEvicted", "MigRolloutDrained", "MigRolloutRelabelled",
+                 "MigRolloutWaiting", "MigRolloutSucceeded"):
+        assert step in reasons, (step, reasons)
+    for n in unchanged:
+        assert not node_events(kube, n)
     assert not [p for p in kube.pods(ns, "app=small") if p["spec"].get("nodeName") == changed
                 and p["metadata"]["uid"] in {q["metadata"]["uid"] for q in pods_on[changed]}]
+
+
+def node_events(kube, node: str) -> list[dict]:
+    """The rollout's Events on `node` (core/v1, namespace default), oldest first; each must name
+    the Node and the reporting component."""
+    items = kube.json("get", "events", "-n", "default", "--field-selector",
+                      f"involvedObject.kind=Node,involvedObject.name={node}")["items"]
+    mine = [e for e in items if e.get("reportingComponent") == EVENT_COMPONENT]
+    for e in mine:
+        assert e["source"]["component"] == EVENT_COMPONENT and e["involvedObject"]["uid"], e
+    return sorted(mine, key=lambda e: (e.get("firstTimestamp") or "", e["metadata"]["creationTimestamp"],
+                                       int(e["metadata"]["resourceVersion"])))
+
+
+def _lone_node(kube, namespace, config: str, state: str) -> str:
+    """One A100 node running `config`, with `nvidia.com/mig.config.state=state` left over from
+    an earlier change, its resources from the upstream device plugin."""
+    name = f"mig-{namespace[-6:]}-lone"
+    res = {"cpu": 64, "memory": "512Gi", "pods": 110, "nvidia.com/gpu": 0, **resources_for(CONFIGS[config])}
+    kube.cluster.add_nodes(harness.nodes_from_inventory(Inventory.from_dict(
+        {"apiVersion": "gpuvalues/v1", "kind": "Inventory", "nodes": [{
+            "name": name, "capacity": res, "allocatable": res,
+            "labels": {POOL: name, "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+                       MIG_CONFIG_LABEL: config, MIG_STATE_LABEL: state}}]})))
+    return name
+
+
+def _replan_file(tmp_path, node: str, frm: str, to: str, devices: list) -> str:
+    """A re-plan result of one change, as `gpuvalues --output json replan` prints it."""
+    data = {"gpus_used": 1, "nodes_changed": 1, "changes": [{"node": node, "from": frm, "to": to}],
+            "node_configs": {node: to},
+            "plan": {"pools": [{"name": "a100", "node_groups": [{"config": to, "count": 1, "devices": devices}]}],
+                     "mig_parted_config": None}}
+    f = tmp_path / "replan.json"
+    f.write_text(json.dumps(data, indent=1))
+    return str(f)
+
+
+def _configmap(kube, ns):
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "mig-parted-config", "namespace": ns},
+          "data": {"config.yaml": yaml.safe_dump({"version": "v1", "mig-configs": CONFIGS})}}
+    kube.kubectl("apply", "-f", "-", input=json.dumps(cm))
+
+
+def test_a_stale_failed_state_does_not_stop_the_rollout(kube, namespace, tmp_path, capsys):
+    """The node still says `failed` from an earlier attempt and mig-manager is late (3 s):
+    the rollout must wait for a state written after its relabel, not abort on the old one
+    (it did: `failed` read right after the relabel, exit 2, node left cordoned)."""
+    from gpuvalues import cli
+
+    _configmap(kube, namespace)
+    node = _lone_node(kube, namespace, "all-1g", "failed")
+    mgr = FakeMigManager(kube, [node], (namespace, "mig-parted-config"), react_after=4.0)
+    mgr.applied = {node: "all-1g"}
+    mgr.start()
+    f = _replan_file(tmp_path, node, "all-1g", "all-3g", [{"3g.40gb": 2}])
+    try:
+        # interrupted right after the relabel (a first run stopped there) ...
+        from kubernetes import client, config
+        from gpuvalues.operations import rollout
+        core = client.CoreV1Api(config.new_client_from_config(config_file=str(kube.cluster.kubeconfig)))
+        first = rollout.Rollout(core, rollout.plan_waves(rollout.load_replan(f).changes, {}, {}))
+        (change,) = first.waves[0].changes
+        while not first.results.get(node) or first.results[node].steps[-1:] != ["labelled"]:
+            first.advance(change)
+        assert MIG_STATE_LABEL not in kube.nodes()[node]["metadata"]["labels"]   # cleared with the relabel
+        # ... and resumed by `gpuvalues rollout`, which waits for mig-manager's own answer
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = cli.main(["--output", "json", "rollout", f, "--poll", "0.3", "--timeout", "60"])
+        assert rc == 0, capsys.readouterr().err
+        assert json.loads(buf.getvalue())["nodes"][node]["steps"] == ["done"]
+    finally:
+        mgr.stop.set()
+        mgr.join(10)
+    n = kube.nodes()[node]
+    assert n["metadata"]["labels"][MIG_CONFIG_LABEL] == "all-3g" and not n["spec"].get("unschedulable")
+    assert n["metadata"]["labels"][MIG_STATE_LABEL] == "success" and mgr.history == [(node, "all-3g")]
+    assert mgr.states == [(node, "pending"), (node, "success")]
+    events = node_events(kube, node)
+    assert [e["reason"] for e in events if e["reason"] != "MigRolloutWaiting"] == [
+        "MigRolloutCordoned", "MigRolloutDrained", "MigRolloutRelabelled", "MigRolloutSucceeded"], events
+    assert "MigRolloutWaiting" in [e["reason"] for e in events]
+    kube.kubectl("delete", "node", "--ignore-not-found", "--wait=false", node, check=False)
+
+
+def test_a_stale_success_does_not_uncordon_before_mig_manager_answers(kube, namespace, tmp_path, capsys):
+    """The node says `success` from its last change, the target config gives the same
+    resources (a renamed config), and mig-manager, late (2 s), then fails it: the config is not
+    in its ConfigMap (upstream: `failed` without `pending`). The rollout must report the
+    failure and keep the node cordoned; it used to uncordon at once on the stale `success`."""
+    from gpuvalues import cli
+
+    _configmap(kube, namespace)
+    node = _lone_node(kube, namespace, "all-1g", "success")
+    mgr = FakeMigManager(kube, [node], (namespace, "mig-parted-config"), react_after=2.0)
+    mgr.applied = {node: "all-1g"}
+    mgr.start()
+    try:
+        capsys.readouterr()
+        rc = cli.main(["rollout", _replan_file(tmp_path, node, "all-1g", "all-1g-v2", [{"1g.10gb": 7}]),
+                       "--poll", "0.3", "--timeout", "60"])
+        err = capsys.readouterr().err
+    finally:
+        mgr.stop.set()
+        mgr.join(10)
+    assert rc == 2, err
+    (line,) = [x for x in err.splitlines() if x.startswith("gpuvalues: error:")]
+    assert "mig.config.state=failed for all-1g-v2" in line and line.endswith("[GV049]"), line
+    n = kube.nodes()[node]
+    assert n["spec"].get("unschedulable") is True                      # still cordoned
+    assert json.loads(n["metadata"]["annotations"][ROLLOUT_ANNOTATION])["step"] == "labelled"
+    assert mgr.states == [(node, "failed")]
+    failed = [e for e in node_events(kube, node) if e["reason"] == "MigRolloutFailed"]
+    assert len(failed) == 1 and failed[0]["type"] == "Warning"
+    assert "MigRolloutSucceeded" not in [e["reason"] for e in node_events(kube, node)]
+    kube.kubectl("delete", "node", "--ignore-not-found", "--wait=false", node, check=False)
+
+
+def test_a_busy_mig_manager_is_not_relabelled_under(kube, namespace, tmp_path, capsys):
+    """mig-manager is still applying an earlier change (`pending`) when the rollout reaches the
+    node: relabelling then would let that earlier run's `success` pass for ours. The rollout
+    waits for it to end (it relabelled at once before), then goes through pending -> success."""
+    from gpuvalues import cli
+
+    _configmap(kube, namespace)
+    node = _lone_node(kube, namespace, "all-1g", "pending")
+    mgr = FakeMigManager(kube, [node], (namespace, "mig-parted-config"), busy_for=3.0)
+    mgr.applied = {node: "all-1g"}
+    mgr.start()
+    try:
+        rc = cli.main(["rollout", _replan_file(tmp_path, node, "all-1g", "all-3g", [{"3g.40gb": 2}]),
+                       "--poll", "0.3", "--timeout", "60"])
+        assert rc == 0, capsys.readouterr().err
+    finally:
+        mgr.stop.set()
+        mgr.join(10)
+    assert mgr.label_when_earlier_done == {node: "all-1g"}      # not relabelled while pending
+    assert mgr.states == [(node, "success"), (node, "pending"), (node, "success")]
+    assert mgr.history == [(node, "all-3g")]
+    waiting = [e["message"] for e in node_events(kube, node) if e["reason"] == "MigRolloutWaiting"]
+    assert any("still applying an earlier change" in m for m in waiting), waiting
+    kube.kubectl("delete", "node", "--ignore-not-found", "--wait=false", node, check=False)
+
+
+def test_cluster_mismatches_are_refused_before_anything_is_touched(kube, namespace, tmp_path, capsys):
+    """Read before the first action: a node the re-plan names but the cluster lacks, and a node
+    whose rollout state annotation is malformed (a `since` that is no time: it used to be a
+    traceback mid-rollout). Each is one GV048 line; no node is cordoned or relabelled."""
+    from gpuvalues import cli
+
+    node = _lone_node(kube, namespace, "all-1g", "success")
+    try:
+        missing = _replan_file(tmp_path, f"{node}-absent", "all-1g", "all-3g", [{"3g.40gb": 2}])
+        capsys.readouterr()
+        assert cli.main(["rollout", missing, "--poll", "0.3", "--timeout", "10"]) == 2
+        (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("gpuvalues: error:")]
+        text = open(missing).read()
+        i = text.index(f'"{node}-absent"')
+        at = f"{text.count(chr(10), 0, i) + 1}:{i - text.rfind(chr(10), 0, i)}"
+        assert line.startswith(f"gpuvalues: error: {missing}:{at}: changes[0].node: ") \
+            and line.endswith("[GV048]"), line
+        kube.kubectl("annotate", "node", node, "--overwrite", ROLLOUT_ANNOTATION + "="
+                     + json.dumps({"target": "all-3g", "step": "cordoned", "since": "yesterday"}))
+        f = _replan_file(tmp_path, node, "all-1g", "all-3g", [{"3g.40gb": 2}])
+        assert cli.main(["rollout", f, "--poll", "0.3", "--timeout", "10"]) == 2
+        (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("gpuvalues: error:")]
+        assert f"node/{node}" in line and "kubectl annotate node" in line and line.endswith("[GV048]"), line
+        n = kube.nodes()[node]
+        assert not n["spec"].get("unschedulable") and n["metadata"]["labels"][MIG_CONFIG_LABEL] == "all-1g"
+        assert not node_events(kube, node)
+    finally:
+        kube.kubectl("delete", "node", "--ignore-not-found", "--wait=false", node, check=False)

@@ -131,3 +131,43 @@ def test_fleet_gfd_labels_match(mode, gpu, replicas, profile):
                 and k not in ("nvidia.com/gpu.topology",)]
     diff = {k: (node["labels"][k], v.labels.get(k)) for k in gfd_keys if node["labels"][k] != v.labels.get(k)}
     assert not diff, f"{mode} on {gpu}: label (project belief, GFD): {diff}"
+
+
+# --- C: nodes whose GPUs differ in MIG mode (issue 23: whole replicas beside MIG) -----------
+
+def _mixed_spec(gpu: str, whole_gpus: int, profile: str) -> dict:
+    return {"apiVersion": "gpuvalues/v1", "kubernetesVersion": "1.34.0",
+            "cluster": {"nodePools": [{"name": "pool", "gpu": gpu, "gpusPerNode": 4, "nodes": 1,
+                                       "mig": True, "topology": {"label": "NV4"}}]},
+            "workloads": [{"name": "big", "model": "m/big", "gpus": whole_gpus, "sharing": "whole"},
+                          {"name": "small", "model": "m/small", "server": "vllm", "memoryGB": 5,
+                           "sharing": {"mode": "mig", "migProfile": profile}}],
+            "autoscaling": {"engine": "hpa", "maxReplicas": 1}}
+
+
+@pytest.mark.parametrize(("gpu", "whole_gpus", "profile"), [
+    ("A100-80GB", 2, "1g.10gb"), ("A100-80GB", 3, "3g.40gb"), ("H100-80GB-SXM", 1, "2g.20gb")])
+def test_mixed_mig_node_allocatable_matches_device_plugin(gpu, whole_gpus, profile):
+    """A node with whole-GPU replicas on MIG-disabled GPUs and MIG on the rest (one
+    mig-parted config with per-device entries, the plugin's mixed strategy): what the
+    project believes it offers vs what the device plugin advertises on that layout."""
+    spec = _mixed_spec(gpu, whole_gpus, profile)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "spec.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        art = Path(tmp) / "art"
+        proc = subprocess.run([str(ol.GPUVALUES), "-q", "values", str(path), "-o", str(Path(tmp) / "v"),
+                               "--artifacts", str(art)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        arts = {p.name: yaml.safe_load(p.read_text()) for p in art.glob("*.yaml")}
+    (node,) = belief.spec_nodes(spec)
+    assert node["allocatable"].get("nvidia.com/gpu", 0) >= whole_gpus
+    assert node["allocatable"].get(f"nvidia.com/mig-{profile}", 0) >= 1      # one node, both kinds
+    cfg = arts["device-plugin-configs.yaml"][node["labels"]["nvidia.com/device-plugin.config"]]
+    mig = ol.mig_layout(arts["mig-parted-config.yaml"], node["labels"]["nvidia.com/mig.config"], 4)
+    ok, err = ol.migparted_assert_valid(yaml.safe_dump(arts["mig-parted-config.yaml"]),
+                                        node["labels"]["nvidia.com/mig.config"])
+    assert ok, err
+    v = ol.device_plugin(yaml.safe_dump(cfg), ol.hardware_for_gpu(gpu, 4, mig), plugin_env=_chart_plugin_env())
+    assert v.ok, f"{v.component}: {v.error}"
+    assert node["allocatable"] == v.resources, (node["allocatable"], v.resources)

@@ -199,10 +199,10 @@ def test_derived_memory_is_conservative(gpu):
             assert p.memory_gib <= p.memory_gb
 
 
-def test_derived_h100_nvl_7g_is_below_the_published_4_slice_rate():
-    # the only 8-slice row of H100 NVL is derived from 3g.47gb (46.38 GiB on 4 slices)
+def test_h100_nvl_7g_is_the_published_value_not_twice_3g():
+    # derived as 2 x 3g.47gb (46.38) it was 92.76 GiB; a driver prints 92.62 for it
     prof = catalog.get_gpu("H100-NVL").profile("7g.94gb")
-    assert prof.memory_gib_status == "derived" and prof.memory_gib == 92.76
+    assert (prof.memory_gib_status, prof.memory_gib) == ("published", 92.62)
 
 
 def test_gb200_driver_branch_names_are_aliases():
@@ -255,3 +255,69 @@ def test_a_data_file_edited_after_the_index_is_read_itself(tmp_path, monkeypatch
     finally:
         monkeypatch.undo()
         catalog._catalog.cache_clear()
+
+
+LGIP_OUTPUTS = yaml.safe_load((DATA / "lgip_outputs.yaml").read_text())
+_LGIP_ROW = r"\|\s+\d+\s+MIG\s+(\S+)\s+(\d+)\s+\d+/\d+\s+(\d+\.\d+)\s+(?:No|Yes)\s"
+
+
+def _lgip_rows(text: str) -> list[tuple[str, int, float]]:
+    import re
+    rows = [re.match(_LGIP_ROW, line.strip()) for line in text.splitlines() if line.strip()]
+    assert rows and all(rows), text
+    return [(m.group(1), int(m.group(2)), float(m.group(3))) for m in rows]
+
+
+def _lowest_published() -> dict[str, dict[str, tuple[int, float]]]:
+    out: dict[str, dict[str, tuple[int, float]]] = {}
+    for case in LGIP_OUTPUTS:
+        for name, pid, gib in _lgip_rows(case["text"]):
+            prev = out.setdefault(case["gpu"], {}).get(name)
+            out[case["gpu"]][name] = (pid, min(gib, prev[1]) if prev else gib)
+    return out
+
+
+def test_every_lgip_output_cites_its_source_and_driver():
+    for case in LGIP_OUTPUTS:
+        assert case["source"].strip() and case["driver"].strip(), case["gpu"]
+
+
+@pytest.mark.parametrize("gpu_name", sorted(_lowest_published()))
+def test_catalog_memory_is_the_lowest_published_lgip_value(gpu_name):
+    """Every profile a cited `-lgip` table prints is published in the catalog at the lowest
+    value any table prints (drivers differ), with the table's profile ID."""
+    gpu = catalog.get_gpu(gpu_name)
+    for name, (pid, gib) in _lowest_published()[gpu_name].items():
+        prof = gpu.profile(name)
+        assert (prof.memory_gib, prof.id, prof.memory_gib_status) == (gib, pid, "published"), name
+
+
+@pytest.mark.parametrize("gpu", [g for g in catalog.all_gpus() if g.mig_capable], ids=lambda g: g.name)
+def test_derived_memory_is_never_above_a_published_value(gpu):
+    # a derived instance is never credited with more than a published one of at least its size
+    published = [p for p in gpu.profiles if p.memory_gib_status == "published"]
+    for p in gpu.profiles:
+        if p.memory_gib_status == "derived":
+            for q in published:
+                if q.memory_slices >= p.memory_slices:
+                    assert p.memory_gib <= q.memory_gib, (p.name, q.name)
+
+
+def test_the_lowest_value_rule_can_fail():
+    # negative control: the comparison above catches a catalog value one step above a table's
+    rows = _lowest_published()["A100-80GB"]
+    assert rows["7g.80gb"] == (0, 79.00)
+    assert catalog.get_gpu("A100-80GB").profile("7g.80gb").memory_gib != 79.25
+    with pytest.raises(AssertionError):
+        _lgip_rows("|   0  MIG 7g.80gb  zero  1/1  79.00  No |")
+
+
+def test_derivation_is_capped_by_a_larger_published_row():
+    # a derived 4-slice row scaled from a 2-slice one never exceeds a published 8-slice row
+    profiles = (
+        catalog.MigProfile("1g.20gb", 1, 2, 20, 4, (0, 2, 4, 6), memory_gib=19.9, memory_gib_status="published"),
+        catalog.MigProfile("3g.40gb", 3, 4, 40, 2, (0, 4)),
+        catalog.MigProfile("7g.80gb", 7, 8, 80, 1, (0,), memory_gib=39.0, memory_gib_status="published"),
+    )
+    derived = {p.name: p.memory_gib for p in catalog._derive_profile_gib(profiles, 8, {})}
+    assert derived["3g.40gb"] == 39.0          # 2 x 19.9 = 39.8 scaled, capped at the 8-slice 39.0

@@ -530,3 +530,54 @@ def test_malformed_manifests_give_a_capacity_error_or_a_report(data):
         fit(objs, inv(node("a")))
     except CapacityError as exc:
         assert str(exc)
+
+
+# -- DRA claims counted against a node's GPUs (issue 23) ---------------------------------
+def claim_template(name="gpus", count=2, device_class="gpu.nvidia.com", ns="ai"):
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}}]}}}}
+
+
+def dra_deployment(name="llm", replicas=1, template="gpus"):
+    d = deployment(name=name, replicas=replicas,
+                   resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": template}])
+    c = d["spec"]["template"]["spec"]["containers"][0]
+    c["resources"] = {"claims": [{"name": "gpu"}]}
+    return d
+
+
+def dra_node(name="a", gpus=8):
+    # a DRA node: the device plugin is off (no nvidia.com/* allocatable); GFD counts its GPUs
+    from gpuvalues.planners.inventory import GpuInfo
+    return Node(name=name, labels={"nvidia.com/gpu.count": str(gpus)}, gpu=GpuInfo(count=gpus))
+
+
+def test_dra_claims_count_against_the_nodes_gpus():
+    # 11 pods x 2 GPUs = 22 DRA GPUs on one 8-GPU node: 4 run, 7 stay Pending with the
+    # DynamicResources filter's words (kubernetes pkg/scheduler/framework/plugins/
+    # dynamicresources/dynamicresources.go: "cannot allocate all claims")
+    w = only(fit([claim_template(count=2), dra_deployment(replicas=11)], inv(dra_node())))
+    assert (w.scheduled, w.pending) == (4, 7)
+    assert w.reason == "0/1 nodes are available: 1 cannot allocate all claims."
+    one = only(fit([claim_template(count=22), dra_deployment()], inv(dra_node())))
+    assert (one.scheduled, one.pending) == (0, 1)
+    two = only(fit([claim_template(count=2), dra_deployment(replicas=8)], inv(dra_node("a"), dra_node("b"))))
+    assert (two.scheduled, two.pending) == (8, 0) and dict(two.nodes) == {"a": 4, "b": 4}
+
+
+def test_dra_claims_fit_only_nodes_without_the_device_plugin():
+    # a node whose GPUs the device plugin advertises runs no DRA driver (NVIDIA: not both)
+    w = only(fit([claim_template(count=1), dra_deployment(replicas=2)], inv(node("plugin"), dra_node("dra", 1))))
+    assert (w.scheduled, w.pending) == (1, 1) and dict(w.nodes) == {"dra": 1}
+
+
+def test_dra_claims_fit_cannot_count_stay_a_warning():
+    # an unknown template, the MIG device class, or an inventory that reports no GPUs
+    for objs, nodes in [([dra_deployment(template="missing")], [dra_node()]),
+                        ([claim_template(device_class="mig.nvidia.com"), dra_deployment()], [dra_node()]),
+                        ([claim_template(count=2), dra_deployment(replicas=3)], [Node(name="bare")])]:
+        report = fit(objs, inv(*nodes))
+        assert any("DRA" in x for x in report.warnings)
+        assert only(report).pending == 0

@@ -293,19 +293,21 @@ autoscaling: {{engine: hpa, maxReplicas: 2}}
 
 
 def test_a_fleet_that_cannot_hold_its_tp_and_mig_replicas_fails_with_one_finding_per_cause():
-    # h100: 2 x TP2 replicas take the one node, the MIG model gets none; l40s: 2 x 6 GPUs
-    # and 2 x 4 GPUs per replica on 2 nodes of 8: each fits alone, not together.
+    # h100: 2 x TP2 replicas take 4 GPUs of the one node, the MIG model the rest of it;
+    # l40s: 2 x 6 GPUs and 2 x 4 GPUs per replica on 2 nodes of 8: each fits alone, not
+    # together.
     fleet = check_fleet(build_fleet(spec_from_text(FLEET.format(h100=1, l40s=2), "f.yaml")))
     shortages = [f for f in fleet.errors if f.code == "GV015"]
-    assert [(f.path, f.line) for f in shortages] == [("cluster.nodePools[0]", 4),
-                                                     ("cluster.nodePools[1]", 5)]
-    assert "small wants 2 replicas, gets 0" in shortages[0].message
-    assert "b wants 2 replicas, gets 0" in shortages[1].message
-    assert [f.code for f in fleet.errors] == ["GV015", "GV015"]
-    # with room, the same fleet is clean: TP replicas reserved, MIG on the rest
+    assert [(f.path, f.line) for f in shortages] == [("cluster.nodePools[1]", 5)]
+    assert "b wants 2 replicas, gets 0" in shortages[0].message
+    assert [f.code for f in fleet.errors] == ["GV015"]
+    (g,) = fleet.layout.groups_of("h100")
+    assert set(g.workloads) == {"tp2", "small"} and g.mig_devices.count(None) >= 4
+    # with room, the same fleet is clean: TP replicas on MIG-disabled GPUs, MIG on the rest
     ok = build_checked(spec_from_text(FLEET.format(h100=2, l40s=3), "f.yaml"))
-    groups = {g.name: g for g in ok.layout.groups_of("h100")}
-    assert groups["h100-whole"].workloads == ("tp2",) and groups["h100-whole"].nodes == 1
+    groups = ok.layout.groups_of("h100")
+    assert sum(g.nodes for g in groups) == 2
+    assert [g for g in groups if "tp2" in g.workloads and g.mig_devices.count(None) >= 4]
 
 
 def test_an_hpa_metric_nothing_serves_is_an_error():

@@ -200,3 +200,14 @@ def test_place_agrees_with_oracle(gpu, data):
     else:
         with pytest.raises(MigLayoutError):
             mig.place(gpu, counts)
+
+
+def test_gb200_newer_driver_name_is_placed():
+    # newer drivers print 1g.24gb for GB200's one-slice profile (NVIDIA/gpu-operator#1303
+    # `nvidia-smi mig -lgip`: "MIG 1g.24gb 19 7/7 20.00"); placement accepts it as 1g.23gb
+    layout = mig.place("GB200", ["1g.24gb"] * 6 + ["1g.24gb+me"])
+    assert sorted(p.profile for p in layout) == ["1g.23gb"] * 6 + ["1g.23gb+me"]
+    with pytest.raises(MigLayoutError, match=r"2 x 1g.23gb\+me requested"):
+        mig.place("GB200", ["1g.24gb+me", "1g.23gb+me"])     # one limit across both names
+    with pytest.raises(MigLayoutError, match="does not exist"):
+        mig.place("GB200", ["1g.25gb"])

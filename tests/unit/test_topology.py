@@ -454,3 +454,75 @@ def test_damaged_input_gives_a_parse_error_or_a_topology(name, data):
         assert exc.line is not None and exc.line >= 1
     else:
         assert len(t.links) == len(t.gpus) >= 1
+
+
+# -- a degraded NVSwitch node, NVLink groups, NUMA ranges (issue 23) --------------------
+def test_degraded_nvswitch_node_is_labelled_by_its_worst_gpu():
+    t = load("hgx-h100-degraded-gpu7.txt")
+    assert t.nvlink_cliques() == [(0, 1, 2, 3, 4, 5, 6)]
+    labels = t.labels()
+    # GPU7 has no NVLink: the node is not NV7 for every GPU a pod may get
+    assert labels["nvidia.com/gpu.topology"] == "PCIe"
+    assert labels["topology.gpu-inference.io/nvlink-clique-size"] == "7"   # the fact stays
+    assert load("hgx-h100-nv18.txt").labels()["nvidia.com/gpu.topology"] == "NV8"
+
+
+def test_worst_gpu_rule_on_uneven_islands():
+    # a 4-clique and a bridged pair: every GPU can count on 2 NVLinked GPUs, not 4
+    nv = {(a, b): "NV4" for a, b in itertools.combinations(range(4), 2)}
+    nv[(4, 5)] = "NV2"
+    t = _topology(6, nv)
+    assert t.nvlink_cliques()[0] == (0, 1, 2, 3)
+    assert t.labels()["nvidia.com/gpu.topology"] == "NV2"
+    assert t.nvlink_islands() == ((0, 1, 2, 3), (4, 5))
+
+
+@pytest.mark.parametrize("name, size, sets", [
+    ("hgx-h100-nv18.txt", 4, 2), ("hgx-h100-nv18.txt", 8, 1),
+    ("hgx-h100-degraded-gpu7.txt", 4, 1), ("hgx-h100-degraded-gpu7.txt", 2, 3),
+    ("hgx-h100-degraded-gpu7.txt", 8, 0), ("rtx3090-nv4-bridged-pairs.txt", 2, 2),
+    ("rtx3090-nv4-bridged-pairs.txt", 4, 0), ("pcie-8x4090-sys.txt", 2, 0),
+])
+def test_tensor_parallel_sets_stay_inside_an_nvlink_group(name, size, sets):
+    t = load(name)
+    assert t.tp_sets(size) == sets
+    groups = t.nvlink_islands()
+    # every set counted lies inside one island (read the islands back: disjoint, all NVLinked)
+    assert sum(len(g) // size for g in groups) == sets
+    for g in groups:
+        assert all(t.nvlinks(a, b) for a, b in itertools.combinations(g, 2))
+    assert len({x for g in groups for x in g}) == sum(len(g) for g in groups)
+
+
+@pytest.mark.parametrize("text, nodes", [
+    ("0", {0}), ("6-7", {6, 7}), ("0,2", {0, 2}), ("0-1,3", {0, 1, 3}), ("3-3", {3}),
+])
+def test_numa_affinity_ranges(text, nodes):
+    from gpuvalues.planners.topology import numa_nodes
+    assert numa_nodes(text) == frozenset(nodes)
+
+
+def test_numa_range_counts_every_node():
+    t = load("dgx-a100-mlx5-pxb.txt")         # every GPU: NUMA Affinity 6-7
+    labels = t.labels()
+    assert labels["topology.gpu-inference.io/numa-nodes"] == "2"
+    assert labels["topology.gpu-inference.io/max-gpus-per-numa"] == "8"
+    mixed = _topology(3, {}, numa=("0,2", "0-1,3", "1"))
+    assert mixed.labels()["topology.gpu-inference.io/numa-nodes"] == "4"
+    assert mixed.labels()["topology.gpu-inference.io/max-gpus-per-numa"] == "2"
+
+
+def test_numa_range_past_any_machine_is_a_parse_error():
+    text = (DATA / "dgx-a100-mlx5-pxb.txt").read_text().replace("240-255\t6-7", "240-255\t0-99999999", 1)
+    assert "0-99999999" in text
+    with pytest.raises(TopologyParseError, match="more than 1024 NUMA nodes"):
+        parse_topo_matrix(text, source="t")
+
+
+def test_topo_report_names_the_gpus_without_nvlink():
+    from gpuvalues.io.present import topology_table
+    from gpuvalues.planners.topology import topology_report
+    data = topology_report(load("hgx-h100-degraded-gpu7.txt"))
+    assert data["nvlinkIslands"] == [[0, 1, 2, 3, 4, 5, 6]]
+    assert "GPUs without NVLink: GPU7" in topology_table(data)
+    assert "without NVLink" not in topology_table(topology_report(load("hgx-h100-nv18.txt")))

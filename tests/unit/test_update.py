@@ -146,3 +146,37 @@ def test_no_validate_still_checks_types(tmp_path):
     path.write_text("gpu: {mode: whole}\n")
     update_values(path, {"gpu.mode": "anything"}, validate=False)
     assert yamlio.load_yaml(path).data == {"gpu": {"mode": "anything"}}
+
+
+SHARED = """\
+server:
+  type: vllm
+gpu:
+  mode: shared
+  count: 1
+  shared:
+    resourceName: nvidia.com/gpu.shared
+"""
+
+
+def test_a_number_the_schema_asks_for_is_written_as_a_number(tmp_path):
+    # `--set gpu.shared.memoryFraction=0.3`: Helm's --set would pass the string "0.3"; the
+    # values file gets what the chart's schema types the field as (null or a number)
+    from gpuvalues import cli
+    path = tmp_path / "v.yaml"
+    path.write_text(SHARED)
+    assert cli.main(["update", str(path), "--set", "gpu.shared.memoryFraction=0.3"]) == 0
+    assert yamlio.load_yaml(path).data["gpu"]["shared"]["memoryFraction"] == 0.3
+    assert "memoryFraction: 0.3\n" in path.read_text()
+    # where the schema takes a string, a number-like text stays a string
+    update_values(path, {"commonAnnotations.note": "0.3"})
+    assert yamlio.load_yaml(path).data["commonAnnotations"] == {"note": "0.3"}
+
+
+def test_string_flag_keeps_the_text_and_the_schema_refuses_it(tmp_path):
+    from gpuvalues import cli
+    path = tmp_path / "v.yaml"
+    path.write_text(SHARED)
+    before = path.read_bytes()
+    assert cli.main(["update", str(path), "--string", "--set", "gpu.shared.memoryFraction=0.3"]) == 2
+    assert path.read_bytes() == before

@@ -229,3 +229,22 @@ def test_semantic_findings_are_positioned_in_the_file():
     (f,) = semantic_findings(lv.data, loaded=lv)
     assert str(f).startswith("values.yaml:2:19: pdb.maxUnavailable: maxUnavailable 0")
     assert f.hint
+
+
+@pytest.mark.parametrize("text, bad", [
+    ("server:\n  env:\n    - {name: HF_TOKEN, value: hf_AbCdEf0123456789}\n", "server.env[0]"),
+    ("extraEnv:\n  - {name: my_api_key, value: x}\n", "extraEnv[0]"),
+    ("extraEnv:\n  - {name: DB_PASSWORD, value: x}\n", "extraEnv[0]"),
+    ("server:\n  env:\n    - {name: HF_TOKEN, valueFrom: {secretKeyRef: {name: hf, key: token}}}\n", None),
+    ("server:\n  env:\n    - {name: LOG_LEVEL, value: debug}\n", None),
+])
+def test_a_literal_credential_in_env_is_refused_by_the_schema(text, bad):
+    # the rule's one home is values.schema.json ($defs.envVar "not"); helm applies the same
+    # schema at render (tests/chart/test_workload_negative.py "literal-token-in-env")
+    found = errors_only(check_values(loaded(text)))
+    if bad is None:
+        assert found == []
+    else:
+        (f,) = found
+        assert (f.code, f.path) == ("GV000", bad)
+        assert "a literal credential" in f.message and "secretKeyRef" in f.message
