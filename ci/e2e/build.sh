@@ -185,8 +185,11 @@ build_nfd() {
     && "$GO" mod edit -dropreplace=sigs.k8s.io/node-feature-discovery/api/nfd \
          -require=sigs.k8s.io/node-feature-discovery/api/nfd@$v \
     && "$GO" build -mod=mod "${BUILD_FLAGS[@]}" -ldflags "$ld" -o "$out/bin/" ./cmd/nfd-worker ./cmd/nfd-master)
-  # NFD's own Helm chart at the same tag: the e2e's "cluster already has NFD" install
+  # NFD's own Helm chart and CRD kustomization at the same tag: the e2e's "cluster already
+  # has NFD" install, and the directory the printed `kubectl apply -k <nfd-crds URL>` is
+  # pointed at (no network here)
   cp -r "$out/src/deployment/helm/node-feature-discovery" "$out/chart"
+  cp -r "$out/src/deployment/base/nfd-crds" "$out/nfd-crds"
   rm -rf "$out/src"
   # run_build's marker: one entry point, `nfd worker|master ARGS`.
   printf '#!/bin/sh\n# nfd-worker / nfd-master of NFD %s\nc=$1; shift; exec "$(dirname "$0")/nfd-$c" "$@"\n' "$v" >"$out/bin/nfd"

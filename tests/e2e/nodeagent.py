@@ -141,7 +141,7 @@ class MockNode:
 def mock_nodes(workdir: Path, hardware: Mapping[str, dict]) -> dict[str, MockNode]:
     out = {}
     for name, hw in hardware.items():
-        n = MockNode(name, dict(hw), workdir / "hosts" / name)
+        n = MockNode(name, dict(hw or {}), workdir / "hosts" / name)
         n.write_sysfs()
         out[name] = n
     return out
@@ -305,10 +305,10 @@ class NodeAgents:
             elif "hostPath" in v:
                 src = host / v["hostPath"]["path"].lstrip("/")
                 dst.parent.mkdir(parents=True, exist_ok=True)
-                if not dst.exists():
+                if not os.path.lexists(dst):
                     dst.symlink_to(src)
-            else:
-                dst.mkdir(parents=True, exist_ok=True)
+            elif not os.path.lexists(dst):
+                dst.mkdir(parents=True)
         return root
 
     def _configmap(self, namespace: str, ref: Mapping) -> dict[str, str]:

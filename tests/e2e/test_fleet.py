@@ -116,7 +116,7 @@ def fleet_cluster(helm4):
         fc.close()
 
 
-def _wire_adapter(fc: FleetCluster, prometheus_bin: str, tmp_path):
+def _wire_adapter(fc: FleetCluster, prometheus_bin: str, tmp_path, dcgm_nodes=None):
     """Start Prometheus + the real adapter with the platform release's installed rules;
     point the release's APIService at it. Returns the exporter, {served name: series},
     the rules' YAML and restart(rules_yaml) (the adapter again with other rules)."""
@@ -128,7 +128,7 @@ def _wire_adapter(fc: FleetCluster, prometheus_bin: str, tmp_path):
     [api] = fleetlib.installed(kube, platform, "apiservice")
     rules = tmp_path / "adapter-rules.yaml"
     rules.write_text(cm["data"]["config.yaml"])
-    exporter = fleetlib.Exporter()
+    exporter = fleetlib.Exporter(dcgm_nodes)
     fc.exporters.append(exporter)
     threading.Thread(target=exporter.serve_forever, daemon=True).start()
     prom = fleetlib.start_prometheus(cluster, prometheus_bin, exporter, tmp_path)
@@ -189,13 +189,6 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
     fc = fleet_cluster(fleet)
     kube = fc.kube
     want = _install_at_max(fc)
-    adapter_on = fleet.platform.values["platform"]["prometheusAdapter"]["enabled"]
-    hpa_workloads = [r for r in fleet.workloads if r.values["autoscaling"]["engine"] == "hpa"]
-    exporter = None
-    if adapter_on:
-        exporter, series, rules_yaml, restart = _wire_adapter(fc, prometheus_bin, tmp_path)
-    else:
-        assert not hpa_workloads, "HPA workloads but no adapter in the platform release"
 
     # 1. every pod of every workload Running at maxReplicas, none Pending
     def all_running():
@@ -269,6 +262,25 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
             if p["status"].get("phase") == "Running"} == admitted, timeout=60)
 
     # 2. the platform's one adapter serves every HPA's metric, read by the real HPA controller
+    check_hpas(fc, prometheus_bin, tmp_path, pods, want, adapter_control=example == ADAPTER_CONTROL)
+    print(f"{example}: {sum(want.values())} pods at max in {time.monotonic() - t0:.1f} s")
+
+
+def check_hpas(fc, prometheus_bin: str, tmp_path, pods: dict, want: dict, *, adapter_control: bool = False,
+               dcgm_nodes=None) -> None:
+    """Step 2 of the fleet tests: Prometheus and the real adapter with the platform
+    release's installed rules; every HPA reads what the exporter serves for its pods
+    (with `dcgm_nodes`, DCGM series only for pods on nodes running the DCGM exporter);
+    `adapter_control`: then the adapter without the vLLM rule starves exactly
+    llama-70b's HPA. `pods`: workload -> its Running pods; `want`: workload -> replicas."""
+    fleet, kube = fc.fleet, fc.kube
+    adapter_on = fleet.platform.values["platform"]["prometheusAdapter"]["enabled"]
+    hpa_workloads = [r for r in fleet.workloads if r.values["autoscaling"]["engine"] == "hpa"]
+    exporter = None
+    if adapter_on:
+        exporter, series, rules_yaml, restart = _wire_adapter(fc, prometheus_bin, tmp_path, dcgm_nodes)
+    else:
+        assert not hpa_workloads, "HPA workloads but no adapter in the platform release"
     if exporter is not None:
         expected: dict[str, dict[str, float]] = {}
         with exporter.lock:
@@ -281,6 +293,7 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
                 assert not unknown, f"add {unknown} to SERVED (what the exporter serves for it)"
                 expected[r.workload] = {n: SERVED[n][1] for n in names}
                 for pod in pods[r.workload]:
+                    exporter.node_of[r.namespace, pod["metadata"]["name"]] = pod["spec"].get("nodeName", "")
                     exporter.series[r.namespace, pod["metadata"]["name"]] = {
                         k: v for n in names for k, v in SERVED[n][0].items()}
 
@@ -307,7 +320,7 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
         # still at max: the served values are below target, and minReplicas holds the floor
         assert {w: len(ps) for w, ps in _pods_by_workload(fc).items()} == want
 
-        if example == ADAPTER_CONTROL:
+        if adapter_control:
             # Negative control of the check above (issue 12's bug: an adapter whose rules
             # serve only some workloads' metrics): the same adapter without the vLLM rule.
             # llama-70b's HPA must lose its metric, the MIG workloads' HPAs keep theirs.
@@ -324,7 +337,6 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
                     for c in got["llama-70b"][0] or [])
             e2elib.wait("llama-70b's HPA without a metric once its rule is gone, the others reading",
                           only_vllm_unserved, timeout=60, interval=1)
-    print(f"{example}: {sum(want.values())} pods at max in {time.monotonic() - t0:.1f} s")
 
 
 def test_negative_control_group_without_device_plugin_config_stays_pending(fleet_cluster):
