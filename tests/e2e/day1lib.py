@@ -52,20 +52,33 @@ NFD_VALUES = {
 
 @dataclass(frozen=True)
 class Printed:
-    """`gpuvalues values SPEC -o DIR --artifacts DIR/nodes`: its install commands in order."""
+    """`gpuvalues values SPEC -o OUT --artifacts OUT/nodes`: its install commands in order."""
 
     out: Path
     commands: tuple[str, ...]
 
+    def values_file(self, release: str) -> Path | None:
+        """The `-f` file of the printed `helm upgrade --install RELEASE ...` line."""
+        for line in self.commands:
+            if line.startswith("#"):
+                continue
+            w = shlex.split(line)
+            if w[:4] == ["helm", "upgrade", "--install", release] and "-f" in w:
+                return ROOT / w[w.index("-f") + 1]
+        return None
+
 
 def values(spec: Path, out: Path, gpuvalues_bin: Path) -> Printed:
-    """Run the real CLI; the lines after `install in this order:` (stderr) are the commands."""
-    res = subprocess.run([str(gpuvalues_bin), "values", str(spec), "-o", str(out),
+    """Run the real CLI as README says (`-o DIR`; a one-workload spec: `-o FILE`); the
+    lines after `install in this order:` (stderr) are the commands (none if not printed)."""
+    one = len((yaml.safe_load(spec.read_text()) or {}).get("workloads") or []) == 1
+    res = subprocess.run([str(gpuvalues_bin), "values", str(spec), "-o", str(out / "values.yaml" if one else out),
                           "--artifacts", str(out / "nodes")], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
     lines = res.stderr.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.strip() == "install in this order:")
-    return Printed(out, tuple(line.strip() for line in lines[start + 1:] if line.strip()))
+    start = next((i for i, line in enumerate(lines) if line.strip() == "install in this order:"), None)
+    cmds = () if start is None else tuple(line.strip() for line in lines[start + 1:] if line.strip())
+    return Printed(out, cmds)
 
 
 def bare_nodes(spec_doc: dict) -> tuple[list[dict], dict[str, dict | None]]:
@@ -151,10 +164,10 @@ def daemonsets(kube, namespace: str) -> list[dict]:
     return kube.json("get", "daemonsets", "-n", namespace)["items"]
 
 
-def prerequisites(kube, release: str, namespace: str, out: Path) -> None:
+def prerequisites(kube, release: str, namespace: str, printed: "Printed | Path") -> None:
     """A workload's cluster-admin objects (its model PVC...) before its helm install."""
-    f = out / f"{release}.values.yaml"
-    if not f.exists():
+    f = printed.values_file(release) if isinstance(printed, Printed) else printed / f"{release}.values.yaml"
+    if f is None or not f.exists():
         return
     vals = e2elib.effective_values(None, yaml.safe_load(f.read_text()))
     objs = e2elib.prerequisites(vals, namespace)

@@ -228,11 +228,12 @@ class NodeAgents:
     # --- one pass ------------------------------------------------------------------------
 
     def tick(self) -> None:
-        pods = json.loads(self.cluster.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
-        nodes = {n["metadata"]["name"]: n for n in
-                 json.loads(self.cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]}
-        self._configmaps = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in
-                            json.loads(self.cluster.kubectl("get", "configmaps", "-A", "-o", "json").stdout)["items"]}
+        # one list of what a kubelet watches (its pods, its node, their ConfigMaps)
+        items = json.loads(self.cluster.kubectl("get", "nodes,pods,configmaps", "-A", "-o", "json").stdout)["items"]
+        pods = [o for o in items if o["kind"] == "Pod"]
+        nodes = {o["metadata"]["name"]: o for o in items if o["kind"] == "Node"}
+        self._configmaps = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in items
+                            if o["kind"] == "ConfigMap"}
         seen = set()
         for pod in pods:
             node = pod["spec"].get("nodeName")
@@ -510,14 +511,16 @@ class MigManager(threading.Thread):
                 try:
                     self.reconfigure(value)
                     self.error = ""
-                except AgentError as e:
-                    self.error = str(e)
-                    self.agents.log.append(f"mig-manager on {self.node}: {e}")
+                except Exception as e:  # noqa: BLE001 -- the process's error, reported by the emulator
+                    if self.stop.is_set():
+                        return
+                    self.error = str(e) if isinstance(e, AgentError) else repr(e)
+                    self.agents.log.append(f"mig-manager on {self.node}: {self.error}")
             self.stop.wait(1)
 
     def _labels(self) -> dict:
-        node = json.loads(self.agents.cluster.kubectl("get", "node", self.node, "-o", "json").stdout)
-        return node["metadata"].get("labels", {})
+        res = self.agents.cluster.kubectl("get", "node", self.node, "-o", "json", check=False)
+        return json.loads(res.stdout)["metadata"].get("labels", {}) if res.returncode == 0 else {}
 
     def _set(self, labels: Mapping[str, str]) -> None:
         self.agents._label(self.node, labels)
