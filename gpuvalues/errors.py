@@ -171,6 +171,9 @@ CODES = {
     "GV020": ("a workload that would block or hurt a node drain",
               "keep >= 2 replicas, pdb.maxUnavailable 1 with unhealthyPodEvictionPolicy AlwaysAllow, "
               "and no toleration of the remediation taint"),
+    "GV021": ("pods select a node label that nothing in the install produces",
+              "turn on the part that produces it (platform.gpuFeatureDiscovery, cluster.nfd, the "
+              "device plugin) or drop the selector"),
     "GV100": ("bad input", "fix the value the message names"),
 }
 

@@ -233,9 +233,15 @@ def test_configmap_configs_pass_the_device_plugin_rules(name):
     values = yaml.safe_load(scenario_file(name).read_text())
     cm = one(objs("helm", name), "ConfigMap", "device-plugin")
     configs = {k: yaml.safe_load(v) for k, v in cm["data"].items()}
-    expected = (values["platform"]["devicePlugin"].get("config", {}).get("map")
-                or {"default": {"version": "v1", "flags": {"migStrategy": "none"}}})
+    # Helm merges the scenario's map into the chart's default one: its `default` keeps the
+    # chart default's flags (the container features off) unless the scenario sets them
+    expected = copy.deepcopy(yaml.safe_load((CHART / "values.yaml").read_text())["platform"]
+                             ["devicePlugin"]["config"]["map"])
+    for key, cfg in (values["platform"]["devicePlugin"].get("config", {}).get("map") or {}).items():
+        expected[key] = {**expected.get(key, {}), **cfg,
+                         "flags": {**expected.get(key, {}).get("flags", {}), **cfg.get("flags", {})}}
     assert configs == expected
+    assert configs["default"]["flags"]["gdsEnabled"] is False
     for key, cfg in configs.items():
         validate_device_plugin_config(cfg, source=f"{cm['metadata']['name']}:{key}")
     ds = one(objs("helm", name), "DaemonSet", "device-plugin")

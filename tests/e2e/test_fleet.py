@@ -174,11 +174,13 @@ def _pods_by_workload(fc: FleetCluster) -> dict[str, list[dict]]:
 
 def _opted_out(ds: dict, node: dict) -> bool:
     """The node carries a label the DaemonSet's node affinity excludes with NotIn (the
-    device plugin's opt-out): the scheduler then places no pod there."""
+    device plugin's opt-out), or lacks one it requires with Exists (mig-manager's
+    nvidia.com/mig.config): the scheduler then places no pod there."""
     terms = (ds["spec"]["template"]["spec"].get("affinity", {}).get("nodeAffinity", {})
              .get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", []))
     labels = node["metadata"]["labels"]
-    return any(e["operator"] == "NotIn" and labels.get(e["key"]) in e["values"]
+    return any((e["operator"] == "NotIn" and labels.get(e["key"]) in e["values"])
+               or (e["operator"] == "Exists" and e["key"] not in labels)
                for t in terms for e in t.get("matchExpressions", []))
 
 
