@@ -144,9 +144,10 @@ def write_node_side(fleet: Fleet, directory: str | Path) -> list[Path]:
 def write_values(fleet: Fleet, out: str | None, artifacts: str | None,
                  workload: str | None = None) -> list[Path]:
     """Write the values: into a directory, `<release>.values.yaml` per release (platform
-    first); into a file (`out` is not a directory and the spec has one workload, or
-    `workload` is named), that one release (`combined_values` for a one-workload spec).
-    With `artifacts`, the node side too. All files are written as one: a failure leaves
+    first, and the gpu-operator chart's with `platform.gpuOperator`); into a file (`out` is
+    not a directory and the spec has one workload, or `workload` is named), that one
+    release (`combined_values` for a one-workload spec). With `artifacts`, the node side
+    too (and there the gpu-operator chart's values, in file mode). All files are written as one: a failure leaves
     every target as it was (gpuvalues.io.files.write_all)."""
     outputs: list[tuple[Path, str]] = []
     folders: list[Path] = []
@@ -162,6 +163,10 @@ def write_values(fleet: Fleet, out: str | None, artifacts: str | None,
     if artifacts:
         folders.append(Path(artifacts))
         outputs += _node_side_files(fleet, artifacts)
+        if not any(p.name == "gpu-operator.values.yaml" for p, _ in outputs):
+            # one-release file mode: the gpu-operator chart's values go with the node side
+            outputs += [(Path(artifacts) / f"{r.name}.values.yaml", release_values_text(r))
+                        for r in _operator(fleet)]
     return _write_outputs(outputs, folders)
 
 
@@ -171,10 +176,11 @@ NFD_CRDS = ("https://github.com/kubernetes-sigs/node-feature-discovery/deploymen
 
 
 def label_commands(fleet: Fleet) -> list[str]:
-    """One bash line per node group: take `nodes` of its pool's nodes (the pool's
-    nodeSelector) that no group claimed yet, in name order, and put the group's labels on
-    them with GROUP_LABEL=<group>, so a rerun labels nothing twice (docs/day1-contract.md).
-    `sed -n 1,Np`, not `head`: it reads all its input, so no SIGPIPE fails the pipeline."""
+    """One bash line per node group: take as many of its pool's nodes (the pool's
+    nodeSelector) that no group claimed yet, in name order, as the group still lacks, and
+    put the group's labels on them with GROUP_LABEL=<group>; a rerun labels nothing
+    (docs/day1-contract.md). `sed -n 1,Np`, not `head`: it reads all its input, so no
+    SIGPIPE fails the pipeline under pipefail."""
     import shlex
 
     from gpuvalues.fleet.spec import GROUP_LABEL
@@ -184,8 +190,10 @@ def label_commands(fleet: Fleet) -> list[str]:
         pool = fleet.spec.pool(g.pool)
         selector = ",".join([f"{k}={v}" for k, v in sorted(pool.selector.items())] + [f"!{GROUP_LABEL}"])
         labels = " ".join(shlex.quote(f"{k}={v}") for k, v in {**g.labels, GROUP_LABEL: g.name}.items())
-        out.append(f"kubectl get nodes -l {shlex.quote(selector)} -o name | sort | sed -n 1,{g.nodes}p "
-                   f"| xargs -r -I{{}} kubectl label --overwrite {{}} {labels}")
+        mine = shlex.quote(f"{GROUP_LABEL}={g.name}")
+        out.append(f"n=$(({g.nodes} - $(kubectl get nodes -l {mine} -o name | wc -l))); "
+                   f"if [ \"$n\" -gt 0 ]; then kubectl get nodes -l {shlex.quote(selector)} -o name "
+                   f"| sort | sed -n \"1,${{n}}p\" | xargs -r -I{{}} kubectl label --overwrite {{}} {labels}; fi")
     return out
 
 

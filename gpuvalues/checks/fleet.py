@@ -141,12 +141,14 @@ def _producer_findings(spec: Spec, fleet: Fleet) -> list[Finding]:
     if fleet.layout is None:
         return []
     placements = {p.workload: p for p in fleet.placements}
+    states = producers.node_states(spec, fleet.layout, fleet.platform.values, producers.operator_values(fleet))
     out = []
     for r in fleet.workloads:
         p = placements.get(r.workload)
         if p is None or p.mode == "dra":
             continue
-        missing = producers.missing_producers(fleet, p.pool.name, producers.required_node_labels(r.values))
+        missing = producers.missing_producers(fleet, p.pool.name, producers.required_node_labels(r.values),
+                                              states)
         if not missing:
             continue
         wi = [w.name for w in spec.workloads].index(r.workload)

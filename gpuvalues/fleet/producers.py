@@ -190,7 +190,7 @@ def node_states(spec: Spec, layout: Layout | None, platform_values: Mapping[str,
             labels[NFD_GPU_LABEL] = "true"     # every pool node has NVIDIA GPUs
             ran.append(NFD)
         else:
-            why[NFD] = "not deployed (cluster.nfd: deploy, or gpuOperator)"
+            why[NFD] = "not deployed, and the spec does not say cluster.nfd: present"
         if GPU_OPERATOR in parts and labels.get(NFD_GPU_LABEL) == "true":
             labels[GPU_PRESENT_LABEL] = "true"
             ran.append(GPU_OPERATOR)
@@ -213,7 +213,7 @@ def node_states(spec: Spec, layout: Layout | None, platform_values: Mapping[str,
             ran.append(DEVICE_PLUGIN)
             if not mig_applied:
                 # the GPUs keep their day-0 state, MIG disabled: one nvidia.com/gpu each
-                alloc, mig_profiles, strategy = {"nvidia.com/gpu": pool.gpus_per_node}, {}, strategy
+                alloc, mig_profiles = {"nvidia.com/gpu": pool.gpus_per_node}, {}
         else:
             why[DEVICE_PLUGIN] = ("not deployed" if DEVICE_PLUGIN not in parts
                                   else "its DaemonSet does not schedule on the node")
@@ -281,14 +281,16 @@ def operator_values(fleet: Fleet) -> Mapping[str, Any] | None:
     return fleet.gpu_operator.values if fleet.gpu_operator is not None else None
 
 
-def missing_producers(fleet: Fleet, pool: str, required: Mapping[str, tuple[str, ...]]
-                      ) -> list[tuple[str, str | None, str]]:
+def missing_producers(fleet: Fleet, pool: str, required: Mapping[str, tuple[str, ...]],
+                      states: tuple[NodeState, ...] | None = None) -> list[tuple[str, str | None, str]]:
     """(label, its producer or None, why it is missing) for each label a workload on
     `pool` requires that no node of the pool gets from the install (`node_states`). A label
-    that is produced with other values is not missing (fit reports the pods Pending)."""
+    that is produced with other values is not missing (fit reports the pods Pending).
+    `states`: the fleet's `node_states`, when the caller has them."""
     layout = fleet.layout
-    states = [s for s in node_states(fleet.spec, layout, fleet.platform.values, operator_values(fleet))
-              if s.pool == pool]
+    if states is None:
+        states = node_states(fleet.spec, layout, fleet.platform.values, operator_values(fleet))
+    states = tuple(s for s in states if s.pool == pool)
     groups: dict[str, NodeGroup] = {g.name: g for g in (layout.node_groups if layout else ())}
     out = []
     for key in required:
