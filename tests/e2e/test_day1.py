@@ -20,7 +20,7 @@ every step is a transition the agents make and each gap is a negative control:
    nfd-master labels the GPU nodes (not the CPU one), the DaemonSets schedule, the
    device plugin publishes each node group's resources (the oracle's, for the config the
    group's label selects); GFD off: the workload pods stay Pending (nothing produces
-   `nvidia.com/gpu.product`);
+   `nvidia.com/gpu.product`), and `validate` of the spec with GFD off says so (GV021);
 3. GFD on: its labels reach the nodes through NFD's master, equal to the oracle's GFD for
    that hardware and config, and every workload pod runs on its pool;
 4. the DCGM exporter off: no node serves DCGM series any more.
@@ -39,6 +39,7 @@ test checks that every workload pod is Unschedulable and reports an expected fai
 """
 from __future__ import annotations
 
+import subprocess
 import time
 import types
 
@@ -166,6 +167,14 @@ def test_bare_nodes_come_up_through_their_agents(day1, tmp_path):
     ps = workload_pods()
     assert ps and all(fleetlib.pending([p]) for p in ps), "workloads scheduled without GFD's labels"
     assert not any("nvidia.com/gpu.product" in o["metadata"]["labels"] for o in kube.nodes().values())
+    # ... and `validate` of the same fleet with GFD switched off in the spec names the
+    # missing producer (GV021) of the label the Pending pods select
+    off = tmp_path / "gfd-off.yaml"
+    off.write_text(yaml.safe_dump({**spec_doc, "platform": {**(spec_doc.get("platform") or {}),
+                                                            "gpuFeatureDiscovery": False}}))
+    res = subprocess.run([str(day1lib.gpuvalues_bin()), "validate", str(off)], capture_output=True, text=True)
+    assert res.returncode == 1 and "GV021" in res.stdout + res.stderr \
+        and "nvidia.com/gpu.product" in res.stdout + res.stderr, (res.returncode, res.stdout, res.stderr)
 
     # 3. GFD on: its labels reach the nodes through NFD's master, equal to the oracle's GFD
     # for that hardware and config; every workload pod runs with the resource it requests
