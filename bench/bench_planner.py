@@ -12,17 +12,22 @@ Targets: gap 0 on every mix; 16,384-GPU plan < 2 s (wall, plan() end to end incl
 Second table (issue 17): the 100-model mix of `bench/mix100.yaml` (its header says where the
 numbers come from) on 16,384 and 262,144 GPUs with `gap_tolerance=0.001`; targets < 2 s and
 < 5 s end to end with gap <= 0.1%, and `mig.place` called once per layout, not per GPU.
-Prints Markdown tables for the README. Run: .venv/bin/python bench/bench_planner.py
+Prints Markdown tables; with `--write-readme` also writes README's two planner tables (between
+`<!-- bench:planner -->` / `<!-- bench:planner-at-scale -->` and `<!-- /bench -->`), so the
+README's figures are the bench's. Run: .venv/bin/python bench/bench_planner.py [--write-readme]
 """
 from __future__ import annotations
 
+import argparse
 import math
+import sys
 import time
 from pathlib import Path
 from unittest import mock
 
 import yaml
 
+from benchlib import readme_section
 from gpuvalues.planners import mig
 from gpuvalues.planners.milp import ModelDemand, NodePool, plan
 
@@ -63,8 +68,9 @@ def fleet(n: int) -> list[NodePool]:
     return [NodePool("a100", "A100-80GB", per, half // per), NodePool("h100", "H100-80GB-SXM", per, half // per)]
 
 
-def main() -> None:
-    rows = []
+def main() -> str:
+    """Print the 10-model table; return README's version of it."""
+    rows, readme = [], []
     for n in (8, 64, 512, 4096, 16384):
         factor = n / 16
         demands = mix(factor)
@@ -80,6 +86,8 @@ def main() -> None:
         saving = f"{1 - p.gpus_used / whole:.0%}" if whole else "n/a"
         rows.append((n, p.gpus_used, f"{p.lp_bound:.1f}", f"{p.gap:.0%}", whole, b["all-balanced"], b["all-1g"],
                      saving, f"{p.solve_seconds * 1000:.0f}", f"{wall_nb * 1000:.0f}", f"{wall * 1000:.0f}"))
+        readme.append(f"| {n:,} | {p.gpus_used:,} | {p.lp_bound:,.1f} | {p.gap:.0%} | {_n(whole)} | "
+                      f"{_n(b['all-balanced'])} | {_n(b['all-1g'])} | {wall_nb * 1000:.0f} ms |")
         assert p.gap == 0 and p.optimal, (n, p.gap)
     print("| fleet GPUs | plan GPUs | LP bound | gap | whole-GPU | all-balanced | all-1g | saved vs whole | "
           "MILP solve (ms) | plan() (ms) | plan() + baselines (ms) |")
@@ -91,7 +99,14 @@ def main() -> None:
           "gap 0 on all mixes: PASS")
     print("whole-GPU / all-balanced / all-1g: GPUs the same mix needs under that baseline, solved exactly "
           "(without pool capacities when the fleet is too small for it); in all-balanced and all-1g, models "
-          "that fit no such instance get whole GPUs. LP bound = LP relaxation; gap = HiGHS MIP gap.")
+          "that fit no such instance get whole GPUs. LP bound = LP relaxation; gap = certified gap "
+          "(objective recomputed from the solution against a bound that holds).")
+    return ("| fleet GPUs | plan GPUs | LP bound | gap | one whole GPU per replica | all-balanced | all-1g | plan() |\n"
+            "|---:|---:|---:|---:|---:|---:|---:|---:|\n" + "\n".join(readme))
+
+
+def _n(v) -> str:
+    return "n/a" if v is None else f"{v:,}"
 
 
 def mix100(factor: float) -> list[ModelDemand]:
@@ -107,7 +122,9 @@ def mix100(factor: float) -> list[ModelDemand]:
     return out
 
 
-def main_scale() -> None:
+def main_scale() -> str:
+    """Print the 100-model tables; return README's version of the first."""
+    readme = []
     print("\n| 100-model mix: fleet GPUs | plan GPUs | LP bound | gap | mig.place calls | plan() (ms) | target |")
     print("|---:|---:|---:|---:|---:|---:|---|")
     ok = True
@@ -122,6 +139,8 @@ def main_scale() -> None:
         ok &= good
         print(f"| {n:,} | {p.gpus_used:,} | {p.lp_bound:,.1f} | {p.gap:.3%} | {place.call_count} | "
               f"{wall * 1000:.0f} | < {target:g} s, gap <= 0.1%: {'PASS' if good else 'FAIL'} |")
+        readme.append(f"| {n:,} | {p.gpus_used:,} | {p.lp_bound:,.1f} | {p.gap:.3%} | {place.call_count} | "
+                      f"{wall:.2f} s |")
     print(f"100-model mix targets: {'PASS' if ok else 'FAIL'}")
     print("\n| 100-model mix, time_limit 0.5 s, no gap tolerance: fleet GPUs | plan GPUs | LP bound | gap | plan() (ms) |")
     print("|---:|---:|---:|---:|---:|")
@@ -131,8 +150,16 @@ def main_scale() -> None:
         p = plan(mix100(n / 16 / 12), pools, baselines=False, time_limit=0.5)
         wall = time.perf_counter() - t0
         print(f"| {n:,} | {p.gpus_used:,} | {p.lp_bound:,.1f} | {p.gap:.3%} | {wall * 1000:.0f} |")
+    return ("| fleet GPUs | plan GPUs | LP bound | gap | mig.place calls | plan() |\n"
+            "|---:|---:|---:|---:|---:|---:|\n" + "\n".join(readme))
 
 
 if __name__ == "__main__":
-    main()
-    main_scale()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--write-readme", action="store_true", help="write README's planner tables from this run")
+    args = ap.parse_args()
+    small, scale = main(), main_scale()
+    if args.write_readme:
+        readme_section("planner", small)
+        readme_section("planner-at-scale", scale)
+        print("README: planner tables written", file=sys.stderr)

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gpuvalues.operations.remediation import Config, NodeView, Record, State, TAINT_KEY, step  # noqa: E402
-from gpuvalues.operations.signals import SignalConfig, faults_from_results, node_faults  # noqa: E402
+from gpuvalues.operations.signals import (SignalConfig, evidence_from_results, faults_from_results,  # noqa: E402
+                                          node_faults)
 
 TARGET_S = 1.0
 HELD = [State.QUARANTINED, State.DRAINING, State.DRAINED, State.RECOVERING, State.SUSPECT]
@@ -55,7 +56,7 @@ def fleet(n: int, gpus: int) -> tuple[list[dict], dict[str, list[dict]]]:
             dbe.append({"metric": {"Hostname": name, "gpu": "0"}, "value": [0, "3"]})
     # The exporter-presence signal fed per GPU (40,000 series), not pre-aggregated by
     # node as the controller's own query is: the worst case for the parser.
-    return nodes, {"xid": xid, "dbe": dbe, "row-remap": [], "nvlink": [], "exporter": temp}
+    return nodes, {"xid": xid, "dbe": dbe, "row-remap": [], "nvlink": [], "presence": temp}
 
 
 def decide(nodes: list[dict], results: dict, scfg: SignalConfig, mcfg: Config):
@@ -65,8 +66,9 @@ def decide(nodes: list[dict], results: dict, scfg: SignalConfig, mcfg: Config):
         f = node_faults(n, scfg)
         if f:
             faults.setdefault(n["metadata"]["name"], []).extend(f)
+    evidence = evidence_from_results(results, scfg, [v.name for v in views])
     pods_left = {v.name: 2 for v in views if v.record.state is State.DRAINING}
-    return step(views, faults, pods_left, 10_000.0, mcfg)
+    return step(views, faults, pods_left, 10_000.0, mcfg, evidence=evidence)
 
 
 def main(argv=None) -> int:

@@ -9,15 +9,19 @@ objective), and nodes whose config a plan from scratch would change (the issue's
 2-19 node re-layouts).
 
 Targets: every replan < 2 s; changes equal to the proven minimum on all ten.
-Run: .venv/bin/python bench/bench_replan.py
+With `--write-readme` the README's re-plan table (between `<!-- bench:replan -->` and
+`<!-- /bench -->`) is written from this run. Run: .venv/bin/python bench/bench_replan.py [--write-readme]
 """
 from __future__ import annotations
 
+import argparse
 import math
+import sys
 import time
 from dataclasses import replace
 
 from bench_planner import fleet, mix
+from benchlib import readme_section
 from gpuvalues.planners.milp import plan, replan
 from gpuvalues.planners.replan import CurrentLayout, CurrentNode
 
@@ -49,7 +53,9 @@ def changed_from_scratch(before, after) -> int:
     return sum(1 for x, y in zip(a, b) if x != y) + max(0, len(b) - len(a))
 
 
-def main() -> None:
+def main() -> str:
+    """Print the re-plan table; return README's version of it."""
+    readme = []
     n = 4096
     pools = fleet(n)
     base = mix(n / 16)
@@ -69,11 +75,21 @@ def main() -> None:
         ms = (time.perf_counter() - t0) * 1000
         scratch = changed_from_scratch(before, plan(demands, pools, baselines=False))
         ok &= r.optimal and ms < 2000
-        print(f"| {d.name} | {r.gpus_used} ({r.gpus_optimum}) | {len(r.nodes_changed)} | {len(r.nodes_drained)} | "
+        print(f"| {d.name} | {r.gpus_used} ({r.gpus_optimum}) | {r.changes_count} | {len(r.nodes_drained)} | "
               f"{r.changes_lp_bound:.1f} | "
               f"{'yes' if r.optimal else 'no'} | {ms:.0f} | {scratch} |")
+        readme.append(f"| {d.name} | {r.gpus_used:,} | {r.changes_count} | {len(r.nodes_drained)} | "
+                      f"{r.changes_lp_bound:.1f} | {ms / 1000:.2f} s{'' if r.optimal else ' (not proven)'} | {scratch} |")
     print(f"\nreplan < 2 s and changes proven minimal on all ten: {'PASS' if ok else 'FAIL'}")
+    return ("| +5% on | GPUs (fewest) | nodes changed | drained | LP bound | replan() | plan from scratch: nodes changed |\n"
+            "|---|---:|---:|---:|---:|---:|---:|\n" + "\n".join(readme))
 
 
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--write-readme", action="store_true", help="write README's re-plan table from this run")
+    args = ap.parse_args()
+    table = main()
+    if args.write_readme:
+        readme_section("replan", table)
+        print("README: re-plan table written", file=sys.stderr)

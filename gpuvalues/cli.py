@@ -1,7 +1,8 @@
 """The `gpuvalues` command: a thin shell over the library; no logic lives here.
 
-Exit codes: 0 clean, 1 findings, 2 bad input or usage. A GpuValuesError is printed
-as one line (`--debug` shows the traceback); anything else is a bug.
+Exit codes: 0 clean, 1 findings, 2 bad input or usage, 3 a transient failure (a server
+down or slow: retry). A GpuValuesError is printed as one line ending in its [GVxxx] code
+(`--debug` shows the traceback); anything else is a bug.
 """
 from __future__ import annotations
 
@@ -72,9 +73,19 @@ def cmd_render(args: argparse.Namespace) -> int:
         paths = files.write_manifests({r.name if r else "": text for r, text in streams},
                                       args.out_dir)
         say(args, f"wrote {len(paths)} objects of {len(streams)} release(s) to {args.out_dir}")
-    else:
+        machine(args, {"wrote": [str(p) for p in paths], "releases": len(streams)})
+    elif args.output == "table":
         sys.stdout.write("".join(text for _, text in streams))
+    else:                              # the objects themselves, as one JSON/YAML document
+        emit(args, pipeline.rendered_data(streams, warnings), lambda d: "")
     return 0
+
+
+def machine(args: argparse.Namespace, data) -> None:
+    """With --output json|yaml, what a command did as one document on stdout (a command
+    that writes files prints nothing on stdout for people)."""
+    if args.output != "table":
+        emit(args, data, lambda d: "")
 
 
 # values, validate, update
@@ -101,11 +112,14 @@ def cmd_values(args: argparse.Namespace) -> int:
         return 0
     for path in written:
         say(args, f"wrote {path}")
-    if args.out and written and written[0].name.endswith(".values.yaml"):
+    install = pipeline.install_commands(fleet, args.out, args.artifacts, args.workload) if args.out else []
+    if install:
         say(args, "install in this order:")
-        for line in pipeline.install_commands(fleet, args.out, args.artifacts):
+        for line in install:
             say(args, f"  {line}")
-    if not args.out:
+    if args.out:
+        machine(args, {"wrote": [str(p) for p in written], "install": install})
+    else:
         data = {r.name: dict(r.values) for r in fleet.releases}
         if args.output == "table":
             sys.stdout.write(present.values_table(fleet))
@@ -139,6 +153,7 @@ def cmd_update(args: argparse.Namespace) -> int:
     for w in warnings:
         say(args, str(w))
     say(args, f"updated {args.file}: {', '.join(changes)}")
+    machine(args, {"updated": args.file, "set": list(changes), "warnings": [str(w) for w in warnings]})
     return 0
 
 
@@ -245,17 +260,17 @@ def _inventory(args: argparse.Namespace):
 
 def cmd_inventory(args: argparse.Namespace) -> int:
     """`gpuvalues inventory`: a cluster inventory from kubectl JSON, a live cluster or nvidia-smi."""
-    from gpuvalues import yamlio
-    from gpuvalues.io import files, present
+    from gpuvalues.io import cluster, files, present
 
-    data = _inventory(args).to_dict()
+    inv = _inventory(args)
     if args.out == "-":                # `-o -`: the inventory file itself on stdout
-        sys.stdout.write(yamlio.dump(data))
+        sys.stdout.write(cluster.inventory_text(inv, "-"))
     elif args.out:
-        files.write_atomic(args.out, yamlio.dump(data))
-        say(args, f"wrote {args.out} ({len(data['nodes'])} nodes)")
+        files.write_atomic(args.out, cluster.inventory_text(inv, args.out))
+        say(args, f"wrote {args.out} ({len(inv.nodes)} nodes)")
+        machine(args, {"wrote": args.out, "nodes": len(inv.nodes)})
     else:
-        emit(args, data, present.inventory_table)
+        emit(args, inv.to_dict(), present.inventory_table)
     return 0
 
 
@@ -405,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("inventory", help="build a cluster inventory (kubectl JSON, live cluster or nvidia-smi)")
     _inventory_options(p)
-    p.add_argument("-o", "--out", metavar="FILE", help="write the inventory YAML here (atomically; '-' for stdout)")
+    p.add_argument("-o", "--out", metavar="FILE", help="write the inventory YAML here (JSON for a .json name; atomically; '-' for stdout)")
     p.set_defaults(func=cmd_inventory)
 
     p = sub.add_parser(
@@ -508,26 +523,37 @@ def main(argv: list[str] | None = None) -> int:
     args._started = time.monotonic()
     try:
         return args.func(args)
-    except GpuValuesError as exc:
-        _debug_traceback(args)
-        lines = exc.lines() if hasattr(exc, "lines") else [str(exc)]
-        for line in lines:
-            print(f"gpuvalues: error: {line}", file=sys.stderr)
-        return 2
-    except OSError as exc:             # unwritable output, full disk: the user's to fix
-        _debug_traceback(args)
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"gpuvalues: error: {where}{exc.strerror or exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - exceptions become exits here
+        code = exit_status(args, exc)
+        if code is None:
+            raise                      # a bug: the traceback is the report
+        return code
+
+
+def exit_status(args: argparse.Namespace, exc: BaseException) -> int | None:
+    """Print `exc` as the CLI's error lines and return its exit status, or None for a bug
+    (re-raised with its traceback). The one place that maps exceptions to exit codes:
+    a GpuValuesError exits with its class's `exit_code` (2 bad input, 3 `TransientError`),
+    an OSError (unwritable output, full disk) and an input past a limit no check caught
+    with 2, Ctrl-C with 130; every line ends in a registered `[GVxxx]` code."""
+    from gpuvalues.errors import EXIT_BAD_INPUT, OutputError
+
+    if isinstance(exc, KeyboardInterrupt):
         print("gpuvalues: interrupted", file=sys.stderr)
         return 130
-    except (MemoryError, RecursionError) as exc:  # input past a limit no check caught
-        _debug_traceback(args)
+    if isinstance(exc, OSError) and not isinstance(exc, GpuValuesError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        exc = OutputError(f"{where}{exc.strerror or exc}")
+    elif isinstance(exc, (MemoryError, RecursionError)):   # input past a limit no check caught
         what = "out of memory" if isinstance(exc, MemoryError) else "input nested too deeply"
-        print(f"gpuvalues: error: {what} (the input is too large or too deep to process)",
-              file=sys.stderr)
-        return 2
+        exc = GpuValuesError(f"{what} (the input is too large or too deep to process)",
+                             code="GV019")
+    elif not isinstance(exc, GpuValuesError):
+        return None
+    _debug_traceback(args)
+    for line in exc.lines():
+        print(f"gpuvalues: error: {line}", file=sys.stderr)
+    return getattr(exc, "exit_code", EXIT_BAD_INPUT)
 
 
 def _debug_traceback(args: argparse.Namespace) -> None:

@@ -1,8 +1,10 @@
 """One error hierarchy for everything a user can get wrong.
 
 Every user-facing failure is a `GpuValuesError` (a `ValueError`), whose message says
-what to change. The CLI prints it as one line and exits with code 2; anything else is
-a bug and shows a traceback. Errors about a file carry its location so the message reads
+what to change. The CLI prints it as one line ending in its `[code]` and exits with the
+class's `exit_code`: 2 for bad input (permanent: the same input fails again), 3 for a
+`TransientError` (a server that is down, slow or overloaded: the same command may pass
+later); anything else is a bug and shows a traceback. Errors about a file carry its location so the message reads
 `file:line:col: field: message`.
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Iterable
 MAX_QUOTED = 80
 MAX_MESSAGE = 4096
 _LONG_TOKEN = re.compile(r"\S{%d,}" % (MAX_QUOTED + 1))
+_ENDS_WITH_CODE = re.compile(r"\[GV\d{3}\]( \(fix: .*\))?( \(and \d+ more\))?$")
 
 
 def _cut(match: re.Match) -> str:
@@ -44,6 +47,7 @@ class GpuValuesError(ValueError):
     """Base class: bad input or an impossible request, never a bug in gpuvalues."""
 
     code = "GV100"      # the class's code in CODES; an instance may carry a more exact one
+    exit_code = 2       # the CLI's exit status for this class (EXIT_BAD_INPUT)
 
     def __init__(self, message: str, *, source: str | None = None, line: int | None = None,
                  column: int | None = None, field: str | None = None,
@@ -71,6 +75,11 @@ class GpuValuesError(ValueError):
             where += ": "
         field = f"{self.field}: " if self.field else ""
         return f"{where}{field}{self.message}"
+
+    def lines(self) -> list[str]:
+        """What the CLI prints: one line `file:line:col: field: message [code]`."""
+        text = str(self)
+        return [text if _ENDS_WITH_CODE.search(text) else f"{text} [{self.code}]"]
 
 
 class CatalogError(GpuValuesError):
@@ -121,9 +130,21 @@ class OutputError(GpuValuesError):
     """An output path that cannot be written (full disk, read-only, not ours to replace)."""
 
 
+class TransientError(GpuValuesError):
+    """A failure that is not the input's fault and may pass on a retry: an API server or
+    Prometheus that is unreachable, times out, or answers 429/5xx. Exit code 3, so scripts
+    and controllers can tell "retry later" from "fix the input" (exit 2). Wrappers that
+    re-raise a library error as their own class must keep this one as it is."""
+
+    code = "GV036"
+    exit_code = 3
+
+
 class InputError(SpecError):
     """An input path that must not be read (FIFO, device, directory, too large, outside the
     spec's folder)."""
+
+    code = "GV019"
 
 
 # code -> (title, hint). Stable: add new codes, never renumber.
@@ -174,8 +195,24 @@ CODES = {
     "GV021": ("pods select a node label that nothing in the install produces",
               "turn on the part that produces it (platform.gpuFeatureDiscovery, cluster.nfd, the "
               "device plugin) or drop the selector"),
+    "GV036": ("a server gpuvalues needs is down, slow or overloaded (transient; exit 3)",
+              "retry later; check the server's address, credentials and health"),
+    "GV037": ("a name or label Kubernetes would refuse",
+              "use a DNS-1123 name (lowercase, digits, '-', '.'; <= 253 characters) and "
+              "label keys/values of <= 63 characters ([A-Za-z0-9] at both ends, '-_.' inside)"),
+    "GV038": ("a number or count out of range",
+              "use a value within the range the message gives"),
+    "GV039": ("a key given twice in one mapping (JSON or YAML)",
+              "keep one of them: readers disagree about which one wins"),
+    "GV040": ("an output path of the wrong kind (a file where a folder belongs, or the reverse)",
+              "give a folder for several files (ending in /), a file name for one"),
+    "GV041": ("remediation controller options, config or kubeconfig invalid",
+              "fix the option or key the message names (docs/self-healing.md lists them)"),
     "GV100": ("bad input", "fix the value the message names"),
 }
+
+# The CLI's exit statuses (README "Errors as data"); a class's `exit_code` is one of them.
+EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT, EXIT_TRANSIENT = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)

@@ -61,12 +61,12 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 def is_dns_subdomain(text: Any) -> bool:
     """RFC 1123 subdomain: <= 253 chars of lowercase dot-separated DNS labels."""
-    return isinstance(text, str) and len(text) <= 253 and bool(_DNS_SUBDOMAIN.match(text))
+    return isinstance(text, str) and len(text) <= 253 and bool(_DNS_SUBDOMAIN.fullmatch(text))
 
 
 def is_label_value(text: Any) -> bool:
     """A label value: <= 63 chars, alphanumeric at both ends, `-_.` inside (empty is valid)."""
-    return isinstance(text, str) and len(text) <= 63 and bool(_LABEL_VALUE.match(text))
+    return isinstance(text, str) and len(text) <= 63 and bool(_LABEL_VALUE.fullmatch(text))
 
 
 def is_label_key(text: Any) -> bool:
@@ -74,7 +74,46 @@ def is_label_key(text: Any) -> bool:
     if not isinstance(text, str):
         return False
     prefix, sep, name = text.rpartition("/")
-    return (not sep or is_dns_subdomain(prefix)) and bool(_LABEL_NAME.match(name))
+    return (not sep or is_dns_subdomain(prefix)) and bool(_LABEL_NAME.fullmatch(name))
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def node_name_problem(name: Any) -> str | None:
+    """Why the API server would refuse `name` as a Node's name, or None. Node names are
+    DNS-1123 subdomains (kubernetes/kubernetes `pkg/apis/core/validation/validation.go`
+    `ValidateNodeName` = `apimachinery/pkg/api/validation` `NameIsDNSSubdomain`, i.e.
+    `IsDNS1123Subdomain` in `apimachinery/pkg/util/validation/validation.go`)."""
+    if not isinstance(name, str):
+        return f"a node name must be a string, got {type(name).__name__}"
+    if len(name) > 253:
+        return f"node name of {len(name)} characters: Kubernetes allows at most 253"
+    if not _DNS_SUBDOMAIN.fullmatch(name):
+        return (f"node name {_shown(name)} is not a DNS-1123 subdomain (lowercase letters, "
+                "digits, '-' and '.', alphanumeric at both ends), so no Kubernetes node has it")
+    return None
+
+
+def label_problem(key: Any, value: Any) -> str | None:
+    """Why the API server would refuse the label `key: value`, or None: the key a
+    qualified name with an optional DNS-subdomain prefix (`IsQualifiedName`), the value at
+    most 63 characters of `[A-Za-z0-9][-A-Za-z0-9_.]*[A-Za-z0-9]` or empty
+    (`IsValidLabelValue`), as `apimachinery/pkg/apis/meta/v1/validation` `ValidateLabels`
+    checks them (rules in `apimachinery/pkg/util/validation/validation.go`)."""
+    if not isinstance(key, str) or not isinstance(value, str):
+        what = key if not isinstance(key, str) else value
+        return f"label keys and values must be strings, got {type(what).__name__}"
+    if not is_label_key(key):
+        return (f"label key {_shown(key)} is not [prefix/]name (name <= 63 characters "
+                "[A-Za-z0-9-_.], prefix a DNS subdomain <= 253)")
+    if len(value) > 63:
+        return f"label {_shown(key)}: value of {len(value)} characters; Kubernetes allows at most 63"
+    if not _LABEL_VALUE.fullmatch(value):
+        return (f"label {_shown(key)}: value {_shown(value)} is not a label value "
+                "([A-Za-z0-9] at both ends, '-_.' inside)")
+    return None
 
 
 # ---------------------------------------------------------------------------- versions

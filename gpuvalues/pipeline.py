@@ -9,7 +9,7 @@ stdin), returns data or raises a `GpuValuesError`; the CLI only parses arguments
 from __future__ import annotations
 
 import contextlib
-
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -25,7 +25,7 @@ from gpuvalues.io.files import write_all
 from gpuvalues.kube import supported_kube_minor
 
 __all__ = ["fleet_of", "plan_data", "rendered", "release_values_text", "combined_values",
-           "write_values", "write_node_side", "install_commands", "check", "fit_report",
+           "write_values", "write_node_side", "install_commands", "values_targets", "rendered_data", "check", "fit_report",
            "fit_values", "checked_values_file"]
 
 Progress = Callable[[str], None]
@@ -121,11 +121,14 @@ def _node_side_files(fleet: Fleet, directory: str | Path) -> list[tuple[Path, st
 
 def _write_outputs(outputs: list[tuple[Path, str]], folders: list[Path]) -> list[Path]:
     """Write `outputs` as one (`write_all`: all or none) into `folders`, made when
-    missing and removed again, when still empty, if the write fails."""
-    made = [f for f in dict.fromkeys(folders) if not f.exists()]
-    for f in made:
-        f.mkdir(parents=True, exist_ok=True)
+    missing and removed again (with every parent this call made), if the write fails."""
+    made: list[Path] = []
+    for f in dict.fromkeys(folders):
+        missing = [p for p in (f, *f.parents) if not p.exists()]
+        made += [p for p in reversed(missing) if p not in made]
     try:
+        for f in made:
+            f.mkdir()
         write_all(outputs)
     except BaseException:
         for f in reversed(made):
@@ -141,25 +144,36 @@ def write_node_side(fleet: Fleet, directory: str | Path) -> list[Path]:
     return _write_outputs(_node_side_files(fleet, directory), [Path(directory)])
 
 
+def values_targets(fleet: Fleet, out: str, workload: str | None = None) -> tuple[list[tuple[Release, Path]], bool]:
+    """Which release goes to which file for `values -o OUT`, and whether OUT is a folder.
+    One rule: OUT is a folder when it ends in `/`, is a folder already, or the spec has
+    several workloads and no --workload picks one (then `<release>.values.yaml` per
+    release, platform first); else OUT is the one file (the --workload release, or a
+    one-workload spec's combined release). A file where a folder is needed is GV040."""
+    target = Path(out)
+    folder = out.endswith(("/", os.sep)) or target.is_dir() or (not workload and len(fleet.workloads) != 1)
+    if folder:
+        if target.exists() and not target.is_dir():
+            raise GpuValuesError(f"is a file, but {len(fleet.releases)} releases need a folder: give a folder "
+                                 "(or --workload NAME for one file)", source=out, field="-o", code="GV040")
+        releases = [fleet.release(workload)] if workload else [*fleet.releases, *_operator(fleet)]
+        return [(r, target / f"{r.name}.values.yaml") for r in releases], True
+    one = fleet.release(workload) if workload else combined_values(fleet)
+    return [(one, target)], False
+
+
 def write_values(fleet: Fleet, out: str | None, artifacts: str | None,
                  workload: str | None = None) -> list[Path]:
-    """Write the values: into a directory, `<release>.values.yaml` per release (platform
-    first, and the gpu-operator chart's with `platform.gpuOperator`); into a file (`out` is
-    not a directory and the spec has one workload, or `workload` is named), that one
-    release (`combined_values` for a one-workload spec). With `artifacts`, the node side
-    too (and there the gpu-operator chart's values, in file mode). All files are written as one: a failure leaves
-    every target as it was (gpuvalues.io.files.write_all)."""
+    """Write the values (`values_targets` says where) and, with `artifacts`, the node side.
+    All files are written as one: a failure leaves every target as it was, and folders this
+    made are removed (gpuvalues.io.files.write_all; a kill -9 is completed by the next run)."""
     outputs: list[tuple[Path, str]] = []
     folders: list[Path] = []
     if out:
-        target = Path(out)
-        if workload or (not target.is_dir() and len(fleet.workloads) == 1):
-            one = fleet.release(workload) if workload else combined_values(fleet)
-            outputs.append((target, release_values_text(one)))
-        else:
-            folders.append(target)
-            outputs += [(target / f"{r.name}.values.yaml", release_values_text(r))
-                        for r in (*fleet.releases, *_operator(fleet))]
+        targets, is_folder = values_targets(fleet, out, workload)
+        if is_folder:
+            folders.append(Path(out))
+        outputs += [(path, release_values_text(r)) for r, path in targets]
     if artifacts:
         folders.append(Path(artifacts))
         outputs += _node_side_files(fleet, artifacts)
@@ -167,6 +181,13 @@ def write_values(fleet: Fleet, out: str | None, artifacts: str | None,
             # one-release file mode: the gpu-operator chart's values go with the node side
             outputs += [(Path(artifacts) / f"{r.name}.values.yaml", release_values_text(r))
                         for r in _operator(fleet)]
+    files_ = {os.path.abspath(p) for p, _ in outputs}
+    for f in folders:          # `-o two --artifacts two/nodes` with `two` the one values file
+        clash = next((p for p in (Path(f), *Path(f).parents) if os.path.abspath(p) in files_), None)
+        if clash is not None:
+            raise GpuValuesError(f"is both a values file and a folder of {f}: give --artifacts a folder "
+                                 "outside it, or -o a folder", source=str(clash), field="--artifacts",
+                                 code="GV040")
     return _write_outputs(outputs, folders)
 
 
@@ -197,25 +218,48 @@ def label_commands(fleet: Fleet) -> list[str]:
     return out
 
 
-def install_commands(fleet: Fleet, values_dir: str | Path, artifacts: str | Path | None = None,
-                     chart: str = "charts/gpu-inference") -> list[str]:
-    """The commands that install the fleet from bare nodes, in order (bash lines): NFD's
-    CRDs when the platform deploys NFD, the node groups' labels (`label_commands`), the
-    GPU Operator's chart with its values (gpuOperator: true), the platform release, then
-    each workload's release."""
-    d = Path(values_dir)
-    out = []
+def install_commands(fleet: Fleet, out: str, artifacts: str | Path | None = None,
+                     workload: str | None = None, chart: str | os.PathLike | None = None) -> list[str]:
+    """The commands (bash lines) that install what `values -o OUT` wrote from bare nodes,
+    in order: NFD's CRDs when the platform deploys NFD, the node groups' labels
+    (`label_commands`), the GPU Operator's chart with its values (gpuOperator: true), the
+    platform release, then each workload's release; for one file, its one release. Paths
+    are absolute and quoted for the shell, so the commands work from any folder; the chart
+    is `chart`, else the one gpuvalues renders (bundle.chart_dir)."""
+    import shlex
+
+    from gpuvalues.bundle import chart_dir
+
+    chart_path = shlex.quote(os.path.realpath(chart_dir(chart)))
+    out_ = []
     if fleet.platform.values.get("platform", {}).get("nfd", {}).get("enabled"):
-        out.append(f'kubectl apply --server-side -k "{NFD_CRDS}"')
-    out += label_commands(fleet)
+        out_.append(f'kubectl apply --server-side -k "{NFD_CRDS}"')
+    out_ += label_commands(fleet)
+    targets, is_folder = values_targets(fleet, out, workload)
     for op in _operator(fleet):
-        out.append(f"helm repo add nvidia {op.facts['repo']} --force-update")
-        out.append(f"helm upgrade --install {op.name} {op.facts['chart']} --version {op.facts['version']} "
-                   f"--namespace {op.namespace} --create-namespace -f {d / (op.name + '.values.yaml')}")
-    for r in fleet.releases:
-        out.append(f"helm upgrade --install {r.name} {chart} --namespace {r.namespace} "
-                   f"--create-namespace -f {d / (r.name + '.values.yaml')}")
-    return out
+        where = Path(out) if is_folder else Path(artifacts) if artifacts else None
+        if where is None:
+            out_.append("# the gpu-operator chart's values: give -o a folder or --artifacts DIR")
+            continue
+        out_.append(f"helm repo add nvidia {op.facts['repo']} --force-update")
+        out_.append(f"helm upgrade --install {op.name} {op.facts['chart']} --version {op.facts['version']} "
+                    f"--namespace {op.namespace} --create-namespace -f "
+                    f"{shlex.quote(os.path.abspath(where / (op.name + '.values.yaml')))}")
+    for r, path in targets:
+        if r is fleet.gpu_operator:
+            continue                     # installed above, from NVIDIA's chart
+        out_.append(f"helm upgrade --install {shlex.quote(r.name)} {chart_path} --namespace "
+                    f"{shlex.quote(r.namespace)} --create-namespace -f {shlex.quote(os.path.abspath(path))}")
+    return out_
+
+
+def rendered_data(streams: list[tuple[Release | None, str]], warnings: list[Finding]) -> dict:
+    """`render --output json|yaml`: every release's objects as data, and the warnings."""
+    from gpuvalues.render.helm import parse_manifests
+
+    return {"releases": [{"release": r.name if r else None, "namespace": r.namespace if r else None,
+                          "objects": parse_manifests(text)} for r, text in streams],
+            "warnings": [f.as_dict() for f in warnings]}
 
 
 def rendered(spec_path: str | Path | None = None, *, values_path: str | Path | None = None,
@@ -324,19 +368,38 @@ def fit_report(inventory, *, manifests: str | None = None, values: str | None = 
     if bool(manifests) == bool(values):
         raise GpuValuesError("give rendered manifests (--manifests FILE) or a values file (--values FILE)")
     if manifests:
-        return fit.fit(fit.load_manifests(yamlio.read_text(manifests), manifests), inventory)
-    progress(f"rendering {values} with helm")
-    data = yamlio.load_mapping(values, allow_empty=True, what="values file").data
-    return fit_values(data, inventory, helm=helm,
-                      kube_version=kube_version or rendering.DEFAULT_KUBE_VERSION)
+        objects = fit.load_manifests(yamlio.read_text(manifests), manifests)
+        source = "<stdin>" if manifests == "-" else manifests
+    else:
+        progress(f"rendering {values} with helm")
+        data = yamlio.load_mapping(values, allow_empty=True, what="values file").data
+        objects = helm_manifests(data, helm=helm, kube_version=kube_version or rendering.DEFAULT_KUBE_VERSION)
+        source = values
+    try:
+        if not fit.workloads_from_manifests(objects)[0]:    # "fits: yes" of nothing is no answer
+            what = "no Kubernetes objects" if not objects else "no workload (Deployment, StatefulSet, ...)"
+            raise GpuValuesError(f"{what} in the manifests: nothing to fit; give the rendered manifests of a "
+                                 "workload release (gpuvalues render, helm template)", source=source, line=1,
+                                 column=1, field="--manifests" if manifests else "--values")
+        return fit.fit(objects, inventory)
+    except GpuValuesError as exc:      # an object's problem: name the file, the object as the field
+        if exc.source == source or exc.line is not None:
+            raise
+        raise type(exc)(exc.message, source=source, field=exc.source or exc.field, code=exc.code) from None
+
+
+def helm_manifests(values: Mapping, **helm_kwargs: Any) -> list[dict]:
+    """The objects the chart renders for `values` (gpuvalues.render.helm.helm_template)."""
+    from gpuvalues.render import helm
+
+    return helm.parse_manifests(helm.helm_template(dict(values), **helm_kwargs))
 
 
 def fit_values(values: Mapping, inventory, **helm_kwargs: Any):
-    """Render `values` with the chart through helm (gpuvalues.render.helm.helm_template), then `fit`."""
+    """Render `values` with the chart through helm (`helm_manifests`), then `fit`."""
     from gpuvalues.planners.fit import fit
-    from gpuvalues.render import helm
 
-    return fit(helm.parse_manifests(helm.helm_template(dict(values), **helm_kwargs)), inventory)
+    return fit(helm_manifests(values, **helm_kwargs), inventory)
 
 
 def checked_values_file(path: str | Path, kube_version: str,

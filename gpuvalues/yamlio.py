@@ -407,6 +407,33 @@ def format_path(path: Path_) -> str:
     return out or "(root)"
 
 
+def parse_field(data: Any, field: str | None) -> Path_:
+    """The path into `data` that `format_path` wrote as `field` (`items[3].metadata.labels.
+    nvidia.com/gpu.count`): keys with dots are matched against the data, longest first,
+    so the path is exact where the data has it and stops where it has not."""
+    path: list = []
+    rest = field or ""
+    node = data
+    while rest and rest != "(root)":
+        if rest.startswith("["):
+            close = rest.find("]")
+            if close < 0 or not rest[1:close].isdigit():
+                break
+            i = int(rest[1:close])
+            path.append(i)
+            node = node[i] if isinstance(node, list) and i < len(node) else None
+            rest = rest[close + 1:]
+        else:
+            rest = rest[1:] if rest.startswith(".") else rest
+            keys = [k for k in node if isinstance(k, str) and rest.startswith(k)
+                    and rest[len(k):len(k) + 1] in ("", ".", "[")] if isinstance(node, dict) else []
+            key = max(keys, key=len) if keys else re.split(r"[.\[]", rest, maxsplit=1)[0]
+            path.append(key)
+            node = node.get(key) if isinstance(node, dict) else None
+            rest = rest[len(key):]
+    return tuple(path)
+
+
 def _line_col(text: str, index: int) -> tuple[int, int]:
     line = text.count("\n", 0, index) + 1
     col = index - (text.rfind("\n", 0, index) + 1) + 1
@@ -438,25 +465,25 @@ def read_input(path: str | Path, *, error: type[GpuValuesError] = SpecError,
         data = sys.stdin.buffer.read(limit + 1)
         if len(data) > limit:
             raise error(f"standard input is more than {limit // 2**20} MiB; "
-                        "gpuvalues reads inputs up to that size", source="<stdin>")
+                        "gpuvalues reads inputs up to that size", source="<stdin>", code="GV019")
         return data, "<stdin>"
     source = str(path)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise error("file not found", source=source) from None
+        raise error("file not found", source=source, code="GV019") from None
     except IsADirectoryError:
-        raise error(f"is a directory, expected {expected}", source=source) from None
+        raise error(f"is a directory, expected {expected}", source=source, code="GV019") from None
     except OSError as exc:
-        raise error(f"cannot read: {exc.strerror}", source=source) from None
+        raise error(f"cannot read: {exc.strerror}", source=source, code="GV019") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
             raise error(f"is {kind}, expected {expected} (gpuvalues reads only regular files)",
-                        source=source)
+                        source=source, code="GV019")
         if st.st_size > limit:
-            raise error(_too_big(st.st_size, limit), source=source)
+            raise error(_too_big(st.st_size, limit), source=source, code="GV019")
         chunks, size = [], 0
         while True:                       # read to EOF, never past the limit (growing files)
             chunk = os.read(fd, min(1 << 20, limit + 1 - size))
@@ -465,10 +492,10 @@ def read_input(path: str | Path, *, error: type[GpuValuesError] = SpecError,
             chunks.append(chunk)
             size += len(chunk)
             if size > limit:
-                raise error(_too_big(size, limit), source=source)
+                raise error(_too_big(size, limit), source=source, code="GV019")
         return b"".join(chunks), source
     except OSError as exc:
-        raise error(f"cannot read: {exc.strerror}", source=source) from None
+        raise error(f"cannot read: {exc.strerror}", source=source, code="GV019") from None
     finally:
         os.close(fd)
 
@@ -694,7 +721,7 @@ def load_text(text: str, source: str = "<string>", *, allow_empty: bool = False)
         raise SpecError(f"duplicate key {key.group(1)!r}" if key else "duplicate key",
                         source=source, line=mark.line + 1 if mark else None,
                         column=mark.column + 1 if mark else None,
-                        field=None) from None
+                        field=None, code="GV039") from None
     except (RMarkedError, RYAMLError, RecursionError, ValueError):
         # ruamel rejects a few things PyYAML takes (and vice versa); the data is still
         # Helm's view, positions fall back to PyYAML's node marks.
@@ -737,7 +764,8 @@ def _walk_pyyaml(text: str, pos: dict, key_pos: dict, *, source: str | None = No
                     name = k.value
                 if source is not None and name in names:
                     raise SpecError(f"duplicate key {k.value!r}", source=source,
-                                    line=k.start_mark.line + 1, column=k.start_mark.column + 1)
+                                    line=k.start_mark.line + 1, column=k.start_mark.column + 1,
+                                    code="GV039")
                 names.add(name)
                 key_pos[path + (name,)] = (k.start_mark.line + 1, k.start_mark.column + 1)
                 walk(v, path + (name,))
@@ -884,8 +912,51 @@ def dump(data: Any, *, dumper: type | None = None) -> str:
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+class DuplicateKey(yaml.YAMLError):
+    """A mapping that gives one key twice (`parse_yaml(..., unique_keys=True)`)."""
+
+    def __init__(self, mark, key: Any) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.mark, self.key = mark, key
+
+
+class _UniqueKeys:
+    """Refuse a key given twice in one mapping (PyYAML keeps the last one silently; Helm's
+    go-yaml and kubectl's JSON readers disagree on which wins). Merge keys are exempt."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: set = set()
+            for k, _ in node.value:
+                if not isinstance(k, yaml.ScalarNode) or k.tag == _MERGE_TAG:
+                    continue
+                key = self.construct_object(k)
+                if key in seen:
+                    raise DuplicateKey(k.start_mark, key)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+_UNIQUE_LOADERS = {loader: type(f"_Unique{loader.__name__}", (_UniqueKeys, loader), {})
+                   for loader in (getattr(yaml, "CSafeLoader", yaml.SafeLoader), yaml.SafeLoader)}
+
+
+def position_in(text: str, path: Path_) -> tuple[int, int]:
+    """The 1-based (line, column) of `path` (or its nearest ancestor) in YAML `text`, from
+    libyaml's node marks: for a data file's error, after the fast reader kept no positions."""
+    pos: dict = {(): (1, 1)}
+    try:
+        _walk_pyyaml(text, pos, {})
+    except (yaml.YAMLError, RecursionError):
+        pass
+    path = tuple(path)
+    while path not in pos:
+        path = path[:-1]
+    return pos[path]
+
+
 def parse_yaml(text: str, *, source: str | None = None, error: type[GpuValuesError] = GpuValuesError,
-               all_documents: bool = False) -> Any:
+               all_documents: bool = False, unique_keys: bool = False) -> Any:
     """Plain YAML data (PyYAML safe types) from `text`: one document, or a list of the
     non-empty ones with `all_documents`.
 
@@ -896,7 +967,7 @@ def parse_yaml(text: str, *, source: str | None = None, error: type[GpuValuesErr
     """
     for loader in dict.fromkeys((SAFE_LOADER, yaml.SafeLoader)):
         try:
-            docs = _documents(text, loader)
+            docs = _documents(text, _UNIQUE_LOADERS[loader] if unique_keys else loader)
             if all_documents:
                 return [doc for doc in docs if doc]
             if len(docs) > 1:
@@ -905,6 +976,9 @@ def parse_yaml(text: str, *, source: str | None = None, error: type[GpuValuesErr
         except ExcessiveAliasing as exc:
             raise error(f"invalid YAML: {exc.message}", source=source,
                         line=exc.mark.line + 1, column=exc.mark.column + 1) from None
+        except DuplicateKey as exc:
+            raise error(f"duplicate key {exc.key!r}", source=source, line=exc.mark.line + 1,
+                        column=exc.mark.column + 1, code="GV039") from None
         except (RecursionError, MemoryError) as exc:
             what = "nested too deeply" if isinstance(exc, RecursionError) else "too large"
             raise error(f"YAML/JSON {what} to read", source=source, line=1, column=1) from None

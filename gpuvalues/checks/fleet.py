@@ -187,14 +187,15 @@ def _name_findings(spec: Spec, fleet: Fleet) -> list[Finding]:
 
 
 def check_fleet(fleet: Fleet) -> Fleet:
-    """`fleet` with every check's findings added (sorted by position)."""
+    """`fleet` with every check's findings added (sorted by position, each once: a pool's
+    unknown GPU fails the placement of each of its workloads with the same finding)."""
     spec = fleet.spec
     found = list(fleet.findings)
     for r in fleet.releases:
         found += release_findings(spec, r)
     found += _metric_findings(spec, fleet) + _resource_findings(spec, fleet) + \
         _producer_findings(spec, fleet) + _name_findings(spec, fleet)
-    return replace(fleet, findings=tuple(sorted(found, key=Finding.sort_key)))
+    return replace(fleet, findings=tuple(sorted(dict.fromkeys(found), key=Finding.sort_key)))
 
 
 def build_checked(spec: Spec, **kw: Any) -> Fleet:

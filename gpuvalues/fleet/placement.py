@@ -133,6 +133,11 @@ def place(spec: Spec, wi: int) -> Placement:
             else:
                 mode = "whole"
         if mode in ("whole", "dra"):
+            if w.gpus is not None and whole > w.gpus_per_replica:   # an explicit count is honoured or refused
+                problems.append(("GV013", f"{pool.name}: {asked} needs {whole} x {gpu.name} "
+                                 f"({_gib(usable_gib(gpu))} usable each), but gpus is {w.gpus}: set "
+                                 f"gpus: {whole} (or tensorParallel), or use a GPU with more memory"))
+                continue
             if whole > pool.gpus_per_node:
                 problems.append(("GV012", f"{pool.name}: a replica needs {whole} GPUs, nodes "
                                  f"have {pool.gpus_per_node}"))

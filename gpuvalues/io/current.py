@@ -30,22 +30,55 @@ Bad input raises `PlanError` naming file, line:col and field.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gpuvalues.catalog import get_gpu
 from gpuvalues.errors import CatalogError, GpuValuesError, PlanError
+from gpuvalues.kube import label_problem, node_name_problem
 from gpuvalues.planners import mig
 from gpuvalues.planners.deviceplugin import CONFIG_LABEL
 from gpuvalues.planners.inventory import KIND as INVENTORY_KIND, Inventory
 from gpuvalues.planners.migparted import MIG_CONFIG_LABEL, validate_mig_parted_config
 from gpuvalues.planners.replan import CurrentLayout, CurrentNode
-from gpuvalues.yamlio import Loaded, format_path, load_yaml
+from gpuvalues.yamlio import Loaded, format_path, load_yaml, parse_field
 
 
-def _err(loaded: Loaded, path: tuple, msg: str) -> PlanError:
-    line, col = loaded.positions.get(path, loaded.positions.get(path[:-1], (None, None)))
-    return PlanError(msg, source=loaded.source, line=line, column=col, field=format_path(path) or None)
+# A node runs at most a few hundred pods (the kubelet's default max-pods is 110) and a GPU
+# at most 7 MIG instances (mig.place refuses more): bounds far above both, checked before
+# any loop runs over a count.
+MAX_PODS = 100_000
+MAX_INSTANCES = 1024
+
+
+def _err(loaded: Loaded, path: tuple, msg: str, code: str | None = None, *, key: bool = False) -> PlanError:
+    line, col = loaded.position(path, key=key)
+    return PlanError(msg, source=loaded.source, line=line, column=col, field=format_path(path) or None,
+                     code=code)
+
+
+def _count(loaded: Loaded, path: tuple, value: Any, what: str, most: int) -> int:
+    """`value` as a count in 0..most, else a placed PlanError (GV000 type, GV038 range)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _err(loaded, path, f"{what} must be a non-negative integer, got {value!r}", "GV000")
+    if value < 0:
+        raise _err(loaded, path, f"{what} must be a non-negative integer, got {value!r}", "GV038")
+    if value > most:
+        raise _err(loaded, path, f"{what} must be at most {most:,}, got {value!r}", "GV038")
+    return value
+
+
+def _check_labels(loaded: Loaded, path: tuple, labels: Any) -> Mapping:
+    if not isinstance(labels, Mapping):
+        raise _err(loaded, path, f"labels must be a mapping of label keys to values, got "
+                                 f"{type(labels).__name__}", "GV000")
+    for key, value in labels.items():
+        problem = label_problem(key, value)
+        if problem:
+            bad_key = label_problem(key, "") is not None     # point at the key, else the value
+            raise _err(loaded, path + (key,), problem, "GV037", key=bad_key)
+    return labels
 
 
 def load_current(path: str | Path, pools: Sequence[Any]) -> CurrentLayout:
@@ -66,10 +99,14 @@ def load_current(path: str | Path, pools: Sequence[Any]) -> CurrentLayout:
 
 def _pool_of(loaded, path, name, explicit, labels, by_name):
     pool = explicit if explicit is not None else labels.get(CONFIG_LABEL)
+    if pool is not None and not isinstance(pool, str):
+        raise _err(loaded, path + ("pool",), f"node {name!r}: pool must be a pool name (a string), got "
+                                             f"{type(pool).__name__}", "GV000")
     if pool is None:
         raise _err(loaded, path, f"node {name!r}: say its pool (`pool:` or the {CONFIG_LABEL} label)")
     if pool not in by_name:
-        raise _err(loaded, path, f"node {name!r}: pool {pool!r} is not in the spec (pools: {', '.join(by_name)})")
+        raise _err(loaded, path, f"node {name!r}: pool {pool!r} is not a node pool of the spec "
+                                 f"(cluster.nodePools: {', '.join(by_name)})")
     return by_name[pool]
 
 
@@ -80,8 +117,7 @@ def _canonical(gpu, devices: Mapping, loaded, path) -> dict[str, int]:
             name = gpu.profile(str(prof)).name   # accepts driver-branch aliases (GB200 1g.24gb)
         except CatalogError as exc:
             raise _err(loaded, path + (prof,), exc.message) from None
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise _err(loaded, path + (prof,), f"instance count must be a non-negative integer, got {count!r}")
+        _count(loaded, path + (prof,), count, "instance count", MAX_INSTANCES)
         out[name] = out.get(name, 0) + count
     return out
 
@@ -102,15 +138,21 @@ def _from_mig_parted(loaded: Loaded, by_name) -> CurrentLayout:
     out = []
     for name, nd in nodes_doc.items():
         path = ("nodes", name)
+        problem = node_name_problem(name)
+        if problem:
+            raise _err(loaded, path, problem, "GV037", key=True)
         if not isinstance(nd, Mapping):
-            raise _err(loaded, path, f"node {name!r}: expected a mapping with labels (and optionally pool, pods)")
-        labels = nd.get("labels", {})
-        if not isinstance(labels, Mapping):
-            raise _err(loaded, path + ("labels",), "labels must be a mapping")
+            raise _err(loaded, path, f"node {name!r}: expected a mapping with labels (and optionally pool, pods)",
+                       "GV000")
+        unknown = sorted(set(nd) - {"labels", "pool", "pods"}, key=str)
+        if unknown:
+            raise _err(loaded, path + (unknown[0],), f"node {name!r}: unknown key {unknown[0]!r} "
+                                                     "(a node has labels, pool and pods)", "GV000")
+        labels = _check_labels(loaded, path + ("labels",), nd.get("labels", {}))
         pool = _pool_of(loaded, path, name, nd.get("pool"), labels, by_name)
         pods = nd.get("pods")
-        if pods is not None and (not isinstance(pods, int) or isinstance(pods, bool) or pods < 0):
-            raise _err(loaded, path + ("pods",), f"pods must be a non-negative integer, got {pods!r}")
+        if pods is not None:
+            _count(loaded, path + ("pods",), pods, "pods", MAX_PODS)
         config = labels.get(MIG_CONFIG_LABEL)
         gpu = get_gpu(pool.gpu)
         gpus: list = [None] * pool.gpus_per_node
@@ -163,7 +205,7 @@ def _from_inventory(loaded: Loaded, by_name) -> CurrentLayout:
     try:
         inv = Inventory.from_dict(loaded.data, source=loaded.source)
     except GpuValuesError as exc:
-        raise PlanError(exc.message, source=loaded.source, field=exc.field) from None
+        raise _err(loaded, parse_field(loaded.data, exc.field), exc.message, exc.code) from None
     where = {nd.get("name"): i for i, nd in enumerate(loaded.data.get("nodes") or []) if isinstance(nd, Mapping)}
     out = []
     for node in inv.nodes:
@@ -192,7 +234,9 @@ def replanned(spec_path: str | Path, current_path: str | Path, *, gpu_slack: int
 
     The demand is the fleet's own MIG solve (`Fleet.layout.plan`, computed once by
     `gpuvalues.fleet`): each MIG workload pinned to its profile and pool, with the replicas
-    that solve serves, on the MIG pools' nodes it laid out."""
+    that solve serves, on every MIG pool of the spec (one left with no MIG workload keeps its
+    nodes as they are) with the nodes whole-GPU and tensor-parallel replicas leave; listed
+    nodes of those replicas and of pools without MIG are left alone, said in the notes."""
     from gpuvalues.pipeline import fleet_of
     from gpuvalues.planners import milp
 
@@ -200,25 +244,102 @@ def replanned(spec_path: str | Path, current_path: str | Path, *, gpu_slack: int
     plan = fleet.layout.plan
     if plan is None:
         raise PlanError("the spec has no MIG workload on a MIG pool: nothing to re-plan", source=str(spec_path))
-    pools = [pp.pool for pp in plan.pools]
+    pools, held = _mig_pools(fleet)
     demands = [milp.ModelDemand(p.workload, replicas=int(round(plan.served.get(p.workload, 0))),
                                 allowed_profiles=(p.mig_profile,), pools=(p.pool.name,))
                for p in fleet.placements if p.mode == "mig" and p.workload in plan.served]
-    current = load_current(current_path, pools)
+    spec_pools = {p.name: p for p in fleet.spec.node_pools}
+    current = load_current(current_path, list(spec_pools.values()))
+    current, notes, pools = _mig_part(current, pools, held, spec_pools)
     result = milp.replan(demands, pools, current, gpu_slack=gpu_slack, max_node_changes=max_node_changes,
                          max_unavailable_per_pool=max_unavailable_per_pool, time_limit=time_limit)
-    return result, list(fleet.decisions)
+    return result, list(fleet.decisions) + notes
+
+
+def _mig_pools(fleet) -> tuple[list, dict[str, int]]:
+    """The spec's MIG pools as the re-plan sees them: every MIG-managed pool with all its
+    nodes, also one whose MIG workloads were all removed (its nodes may keep their layout);
+    and per pool the GPUs whole-GPU and tensor-parallel replicas hold (those the fleet's MIG
+    solve did not get)."""
+    from gpuvalues.catalog import get_gpu as gpu_of
+    from gpuvalues.planners import milp
+
+    # the MIG solve's pools of one spec pool: the pool itself, or parts of it named "<pool>.<part>"
+    planned: dict[str, int] = {}
+    for pp in fleet.layout.plan.pools:
+        owner = next((p.name for p in fleet.spec.node_pools
+                      if pp.pool.name == p.name or pp.pool.name.startswith(p.name + ".")), pp.pool.name)
+        planned[owner] = planned.get(owner, 0) + pp.pool.capacity
+    pools, held = [], {}
+    for p in fleet.spec.node_pools:
+        if p.name in planned:
+            held[p.name] = max(0, p.gpus - planned[p.name])
+        elif p.mig and gpu_of(p.gpu).mig is not None and not any(
+                pl.mode == "dra" for pl in fleet.placements if pl.pool.name == p.name):
+            held[p.name] = sum(g.nodes for g in fleet.layout.groups_of(p.name) if g.workloads) * p.gpus_per_node
+        else:
+            continue
+        pools.append(milp.NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes, mig_enabled=True,
+                                   price_per_gpu=p.price_per_gpu_hour))
+    return pools, held
+
+
+def _mig_part(current: CurrentLayout, pools, held: Mapping[str, int], spec_pools) -> tuple[CurrentLayout, list, list]:
+    """The part of the current layout the MIG re-plan may change, and the pools it plans.
+
+    Nodes of pools that run no MIG are left alone. In a pool whose whole-GPU / tensor-parallel
+    replicas hold GPUs, the listed nodes with the most MIG-off GPUs are theirs until those GPUs
+    are accounted for: they are pinned (kept as they are, their MIG GPUs still usable); GPUs
+    left over are on unlisted nodes, which the re-plan then leaves out. Said in notes."""
+    mig = {p.name: p for p in pools}
+    notes, out, plan_pools = [], [], []
+    aside: dict[str, list[str]] = {}
+    for node in current.nodes:
+        if node.pool not in mig:
+            aside.setdefault(node.pool, []).append(node.name)
+    for pool, names in sorted(aside.items()):
+        notes.append(f"pool {pool} runs no MIG: its listed nodes ({', '.join(names)}) are left alone")
+    index = {name: i for i, name in enumerate(spec_pools)}
+    for name, pool in mig.items():
+        mine = [n for n in current.nodes if n.pool == name]
+        if len(mine) > pool.nodes:
+            raise PlanError(f"the current layout lists {len(mine)} nodes of pool {name!r}, but the spec gives it "
+                            f"{pool.nodes} (cluster.nodePools[{index[name]}].nodes); fix the spec's node count or "
+                            "the current layout", source=current.source, field="nodes")
+        left = held.get(name, 0)
+        pinned = set()
+        for n in sorted(mine, key=lambda n: (-sum(g is None for g in n.gpus), n.name)):
+            off = sum(g is None for g in n.gpus)
+            if left <= 0 or not off:
+                break
+            pinned.add(n.name)
+            left -= off
+        if pinned:
+            notes.append(f"pool {name}: node(s) {', '.join(sorted(pinned))} carry whole-GPU/tensor-parallel "
+                         "replicas (their MIG-off GPUs): the re-plan keeps them as they are")
+        out += [CurrentNode(n.name, n.pool, n.config, n.gpus, n.pods, pinned=n.name in pinned) for n in mine]
+        gone = -(-max(left, 0) // pool.gpus_per_node)   # unlisted nodes those replicas hold
+        gone = min(gone, pool.nodes - len(mine))
+        if gone:
+            notes.append(f"pool {name}: {gone} unlisted node(s) carry whole-GPU/tensor-parallel replicas and are "
+                         "left out of the re-plan")
+        plan_pools.append(replace(pool, nodes=pool.nodes - gone))
+    return CurrentLayout(tuple(out), source=current.source), notes, plan_pools
 
 
 def replan_table(d: Mapping) -> str:
     """The text report of a re-plan (`Replan.to_dict()`)."""
-    lines = [f"GPUs used: {d['gpus_used']} (fewest possible {d['gpus_optimum']}, LP bound {d['gpus_lp_bound']:g})",
-             f"nodes changed: {d['nodes_changed']} (LP bound {d['changes_lp_bound']:g}), "
+    lines = [f"GPUs used: {d['gpus_used']} (fewest found {d['gpus_optimum']}, certified bound {d['gpus_bound']:g}, "
+             f"LP bound {d['gpus_lp_bound']:g})",
+             f"nodes changed: {d['nodes_changed']} (certified bound {d['changes_bound']:g}, LP bound "
+             f"{d['changes_lp_bound']:g}; {'both minima proven' if d['optimal'] else 'not proven minimal'}), "
              f"{d['nodes_drained']} of them drained; pods displaced: "
              f"{d['pods_displaced']}{' (estimated: one per MIG instance)' if d['pods_estimated'] else ''}"]
     if d["changes"]:
         lines.append("changes:")
         lines += [f"  {c['node']}: {c['from'] or '(unconfigured)'} -> {c['to']}" for c in d["changes"]]
+    for u in d.get("unlisted_changes", ()):
+        lines.append(f"  {u['nodes']} unlisted node(s) of pool {u['pool']}: (unconfigured) -> {u['to']}")
     for w in d["warnings"]:
         lines.append(f"warning: {w}")
     return "\n".join(lines) + "\n"

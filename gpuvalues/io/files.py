@@ -144,16 +144,21 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
 
 
 def write_all(outputs: Sequence[tuple[str | os.PathLike, str | bytes]]) -> None:
-    """Write several outputs as one, each by `write_atomic`'s rules: every file to be
-    replaced is first staged as a synced temp file beside its target, and only when all
-    are staged do they take their targets' places (then hard-linked files are rewritten
-    and streams written). A failure while staging (permission, a full disk, a read-only
-    filesystem, a directory where a file should be) leaves every target as it was.
-    Raises `OutputError`."""
-    staged: list[tuple[str, str, Path, str | os.PathLike]] = []   # (temp, target, folder, path)
+    """Write several outputs as one, each by `write_atomic`'s rules, all or none even
+    under kill -9. The files to be replaced are staged as synced temp files beside their
+    targets under a journal (`_Journal`): written first, in the first target's folder
+    (with a pointer to it in every other folder), it lists every temp and target, and one
+    appended `commit` line is the moment the write happens. Then the temps take their
+    targets' places, and journal and pointers go. A failure before the commit (permission,
+    a full disk, a read-only filesystem, a directory where a file should be) leaves every
+    target as it was; a kill -9 anywhere is finished by the next write into any of those
+    folders (`recover`): rolled back before the commit, completed after it. Hard-linked
+    files are then rewritten and streams written. Raises `OutputError`."""
+    plan: list[tuple[str, Path, os.stat_result | None, bytes, str | os.PathLike]] = []
     later: list[tuple[bool, str | os.PathLike, bytes]] = []   # (stream?, path, data)
     with _terminate_as_exit():
         current: str | os.PathLike = ""
+        journal: _Journal | None = None
         try:
             for current, data in outputs:
                 raw = _bytes(data)
@@ -168,13 +173,18 @@ def write_all(outputs: Sequence[tuple[str | os.PathLike, str | bytes]]) -> None:
                 if st is not None and st.st_nlink > 1:
                     later.append((False, target, raw))
                     continue
-                folder = Path(target).parent
-                staged.append((_stage(target, folder, raw, st), target, folder, current))
-            for i, (tmp, target, folder, current) in enumerate(staged):
-                os.replace(tmp, target)
-                staged[i] = ("", target, folder, current)
-            for folder in {folder for _, _, folder, _ in staged}:
-                _fsync_dir(folder)
+                plan.append((target, Path(target).parent, st, raw, current))
+            folders = list(dict.fromkeys(folder for _, folder, *_ in plan))
+            for folder in folders:
+                recover(folder)
+            if plan:
+                journal = _Journal(folders, [(t, f) for t, f, *_ in plan])
+                for i, (_, _, st, raw, current) in enumerate(plan):
+                    journal.stage(i, raw, st)
+                for folder in folders:
+                    _fsync_dir(folder)
+                journal.commit()
+                journal.finish()
             for stream, current, raw in later:
                 if stream:
                     _write_stream(current, raw)
@@ -183,18 +193,204 @@ def write_all(outputs: Sequence[tuple[str | os.PathLike, str | bytes]]) -> None:
         except OSError as exc:
             raise _os_error(exc, current) from None
         finally:
-            for tmp, *_ in staged:
-                if tmp:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(tmp)
+            if journal is not None:
+                journal.close()
 
 
-def _stage(target: str, folder: Path, raw: bytes, st: os.stat_result | None) -> str:
-    """A synced temp file beside `target` holding `raw`, with the old file's mode and
-    owner (or a new file's); the caller renames it into place or removes it."""
-    import tempfile           # here and in write_tree: only writes need it (start-up)
+# The journal of write_all: `.gpuvalues-journal.<id>.tmp` in the first folder, one JSON line
+# (the temps and their targets, the pointers) written before anything else, then `commit`;
+# `.gpuvalues-pointer.<id>.tmp` (the journal's path) in every other folder, written before
+# any temp there; the temps `.gpuvalues-<id>.<n>.tmp`. The writer holds an flock on its
+# journal, so `recover` leaves a live write alone (the kernel drops a killed one's lock).
+_JOURNAL, _POINTER, _TMP = ".gpuvalues-journal.", ".gpuvalues-pointer.", ".gpuvalues-"
+_CRASH_AT = os.environ.get("GPUVALUES_TEST_CRASH_AT")    # tests: SIGKILL at this step
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{Path(target).name}.", suffix=".tmp", dir=folder)
+
+def _step(name: str) -> None:
+    """A point where tests/integration/test_kill9.py kills the process (a real SIGKILL)."""
+    if _CRASH_AT == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _Journal:
+    """One write_all transaction (see write_all and the comment above)."""
+
+    def __init__(self, folders: list[Path], targets: list[tuple[str, Path]]) -> None:
+        import fcntl
+        import json
+        import secrets
+
+        self.id = secrets.token_hex(6)
+        self.folders = folders
+        self.path = folders[0] / f"{_JOURNAL}{self.id}.tmp"
+        self.pointers = [f / f"{_POINTER}{self.id}.tmp" for f in folders[1:]]
+        self.pairs = [(str(folder / f"{_TMP}{self.id}.{i}.tmp"), target)
+                      for i, (target, folder) in enumerate(targets)]
+        self.committed = self.done = False
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+        self.made: list[str] = [str(self.path)]
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            record = {"pairs": self.pairs, "pointers": [str(p) for p in self.pointers]}
+            _write_fd(self.fd, (json.dumps(record) + "\n").encode())
+            os.fsync(self.fd)
+            _fsync_dir(folders[0])
+            _step("journal")
+            for p in self.pointers:
+                self.made.append(str(p))
+                _write_new(p, str(self.path))
+            for f in folders[1:]:
+                _fsync_dir(f)
+        except BaseException:
+            self.close()
+            raise
+
+    def stage(self, i: int, raw: bytes, st: os.stat_result | None) -> None:
+        _stage(self.pairs[i][0], raw, st)
+        _step(f"staged-{i}")
+
+    def commit(self) -> None:
+        _write_fd(self.fd, b"commit\n")
+        os.fsync(self.fd)
+        self.committed = True
+        _step("committed")
+
+    def finish(self) -> None:
+        for n, (tmp, target) in enumerate(self.pairs):
+            os.replace(tmp, target)
+            _step(f"renamed-{n}")
+        for folder in self.folders:
+            _fsync_dir(folder)
+        self.done = True
+
+    def close(self) -> None:
+        """Remove what this transaction made: before the commit every temp (nothing was
+        replaced), after it only once it is done (else the next run completes it)."""
+        if not self.committed:
+            for tmp, _ in self.pairs:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        elif not self.done:            # SIGTERM or an error after the commit: finish it now
+            with contextlib.suppress(OSError):
+                for tmp, target in self.pairs:
+                    if os.path.exists(tmp):
+                        os.replace(tmp, target)
+                self.done = True
+        if self.done or not self.committed:
+            for p in reversed(self.made):      # pointers first: the journal is the authority
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(p)
+        os.close(self.fd)
+
+
+def _write_fd(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _write_new(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        _write_fd(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def recover(folder: str | os.PathLike) -> list[str]:
+    """Finish what a killed `write_all` or `write_tree` left in `folder`: a committed journal
+    is completed (its temps renamed over their targets), an uncommitted one rolled back (its
+    temps removed), then its pointers and journal removed; a live writer's (its flock held)
+    is left alone. Returns the targets it completed."""
+    import json
+
+    folder = Path(folder)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    done: list[str] = []
+    for name in names:
+        path = folder / name
+        if name.startswith(_POINTER) and name.endswith(".tmp"):
+            try:
+                journal = Path(path.read_text())
+            except (OSError, UnicodeDecodeError):
+                continue
+            if journal.exists():
+                done += _recover_journal(journal, json)
+            if not journal.exists():
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+        elif name.startswith(_JOURNAL) and name.endswith(".tmp"):
+            done += _recover_journal(path, json)
+    return done
+
+
+def _recover_journal(path: Path, json) -> list[str]:
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return []
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return []                          # a live write: not ours to touch
+        lines = os.read(fd, 1 << 24).decode("utf-8", "replace").splitlines()
+        try:
+            record = json.loads(lines[0])
+            pairs, pointers = record["pairs"], record["pointers"]
+        except (IndexError, ValueError, KeyError, TypeError):
+            pairs, pointers = [], []           # killed while writing it: nothing else exists yet
+        completed: list[str] = []
+        if lines[1:2] == ["commit"]:           # committed: complete it
+            for tmp, target in pairs:
+                if os.path.exists(tmp):
+                    os.replace(tmp, target)
+                    completed.append(target)
+            for folder in dict.fromkeys(str(Path(t).parent) for _, t in pairs):
+                _fsync_dir(Path(folder))
+        else:                                  # not committed: nothing was replaced
+            for tmp, _ in pairs:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        for p in pointers:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)
+        os.unlink(path)
+        return completed
+    finally:
+        os.close(fd)
+
+
+def _remove_stale_tree(path: Path) -> None:
+    """One folder of a killed write_tree (its writer's flock gone)."""
+    import fcntl
+    import shutil
+
+    if not path.is_dir() or path.is_symlink() or not path.name.startswith("."):
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return
+    finally:
+        os.close(fd)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _stage(tmp: str, raw: bytes, st: os.stat_result | None) -> None:
+    """A synced temp file `tmp` holding `raw`, with the old file's mode and owner (or a new
+    file's); the caller renames it into place or removes it."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
@@ -208,7 +404,6 @@ def _stage(target: str, folder: Path, raw: bytes, st: os.stat_result | None) -> 
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    return tmp
 
 
 def check_writable(path: str | os.PathLike) -> None:
@@ -321,7 +516,9 @@ def write_tree(out_dir: str | os.PathLike, files: Mapping[str, str | bytes]) -> 
     with _terminate_as_exit():
         try:
             parent.mkdir(parents=True, exist_ok=True)
+            _remove_stale_trees(parent, target.name)
             new = tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=parent)
+            lock = _lock_dir(new)          # a concurrent write_tree's cleanup leaves it alone
         except OSError as exc:
             raise _os_error(exc, shown) from None
         try:
@@ -334,6 +531,7 @@ def write_tree(out_dir: str | os.PathLike, files: Mapping[str, str | bytes]) -> 
                     f.flush()
                     os.fsync(f.fileno())
             _fsync_dir(Path(new))
+            _step("tree-built")
             if old_mode is None:
                 os.rename(new, target)
                 new = ""
@@ -345,12 +543,33 @@ def write_tree(out_dir: str | os.PathLike, files: Mapping[str, str | bytes]) -> 
                 os.rename(new, target)
                 new = aside
             _fsync_dir(parent)
+            _step("tree-swapped")
         except OSError as exc:
             raise _os_error(exc, shown) from None
         finally:
             if new:
                 shutil.rmtree(new, ignore_errors=True)
+            os.close(lock)
     return [Path(out_dir) / name for name in files]
+
+
+def _lock_dir(path: str) -> int:
+    import fcntl
+
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def _remove_stale_trees(parent: Path, name: str) -> None:
+    """The `.<name>.new-*` and `.<name>.old-*` folders (mkdtemp's) that a killed write_tree
+    left beside `name`: removed unless their writer still holds its flock."""
+    import re
+
+    stale = re.compile(re.escape(f".{name}.") + r"(new|old)-[A-Za-z0-9_]{8}")
+    for entry in os.listdir(parent):
+        if stale.fullmatch(entry):
+            _remove_stale_tree(parent / entry)
 
 
 def _umask() -> int:

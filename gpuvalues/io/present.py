@@ -173,7 +173,10 @@ def topology_table(data: dict) -> str:
         b = data["bestGpuSet"]
         out.append(f"device plugin would give a {b['size']}-GPU pod: "
                    + (", ".join(f"GPU{g}" for g in b["gpus"]) or "nothing (not enough GPUs)")
-                   + f" (score {b['score']})")
+                   + f" (score {b['score']})"
+                   + ("" if b.get("exact", True) else
+                      f"; greedy, not upstream's exhaustive choice: the best set scores at most "
+                      f"{b['scoreUpperBound']}"))
     return "\n".join(out) + "\n"
 
 

@@ -1,15 +1,23 @@
 """The remediation controller loop (`gpuvalues remediate`).
 
-Every sync period the leader (a coordination.k8s.io/v1 Lease, as client-go's
-tools/leaderelection does it: holderIdentity, leaseDurationSeconds, renewTime, and
-expiry judged on the local clock from when the record last changed) lists the nodes,
-reads the signals (signals.py), advances each node's state machine (remediation.py) and
-applies the decisions: its taint, its Node condition, its annotations (written with the
-node's resourceVersion, so a stale view fails and is re-read), Events, and evictions
-(drain.py). Non-leaders only renew their view of the Lease.
+A worker thread loops: renew the leader Lease (a coordination.k8s.io/v1 Lease, as
+client-go's tools/leaderelection does it: holderIdentity, leaseDurationSeconds, renewTime,
+and expiry judged on the local clock from when the record last changed), then, while
+leader, sync: list the nodes, read the signals (signals.py), advance each node's state
+machine (remediation.py) and apply the decisions: its taint, its Node condition, its
+annotations (written with the node's resourceVersion, so a stale view fails and is
+re-read), Events, and evictions (drain.py).
+
+Every sync has a deadline, half the lease after the renewal it started from; before every
+write the controller checks it still leads and is inside that deadline (`_guard`), so a
+slow sync never acts after another replica could have taken over. Every call to
+Prometheus and the API server has a deadline, Prometheus answers a size cap. The main
+thread only waits: SIGTERM ends the process within a second, whatever the worker is
+blocked on. `/healthz` answers 500 when the loop has made no progress for a sync period
+plus a lease (a wedged loop is restarted by the kubelet).
 
 `/metrics` serves the Prometheus text exposition format (written by hand: a handful of
-series does not justify a client library), `/healthz` answers 200.
+series does not justify a client library).
 """
 from __future__ import annotations
 
@@ -17,9 +25,11 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import math
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -28,16 +38,20 @@ from typing import Callable
 
 from gpuvalues.errors import SpecError
 from gpuvalues.operations import drain as drainlib
-from gpuvalues.operations.remediation import (CONDITION_TYPE, RESET_LABEL, TAINT_EFFECT, TAINT_KEY, Config,
-                                              NodeView, Record, State, Taint, step)
-from gpuvalues.operations.signals import PrometheusError, Prometheus, SignalConfig, faults_from_results, node_faults
+from gpuvalues.operations.remediation import (CONDITION_TYPE, MAX_REASON, PREFIX, RESET_LABEL, TAINT_EFFECT, TAINT_KEY,
+                                              Config, NodeView, Record, State, Taint, clip, step)
+from gpuvalues.operations.signals import (PrometheusError, Prometheus, SignalConfig, evidence_from_results,
+                                          faults_from_results, node_faults)
 
 OWNER = "gpu-inference-remediation"
+# On the Lease: the breaker pools latched open (JSON list; "" is the whole fleet).
+BREAKER_ANNOTATION = f"{PREFIX}/breaker-latched"
 log = logging.getLogger("gpuvalues.remediate")
 
 
 class RemediateError(SpecError):
     """Bad options, config file or kubeconfig at start-up (exit 2, one line)."""
+    code = "GV041"
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,8 @@ class Options:
     lease_duration_s: float = 15.0
     node_selector: str = ""
     evictions_per_minute: float = 30.0
+    api_timeout_s: float = 10.0          # each API server request (connect, and each read)
+    prometheus_timeout_s: float = 10.0   # each Prometheus query, whole exchange
     machine: Config = field(default_factory=Config)
     signals: SignalConfig = field(default_factory=SignalConfig)
 
@@ -65,15 +81,30 @@ class Options:
 class Metrics:
     """The controller's series, rendered in the text exposition format (version 0.0.4)."""
 
-    def __init__(self):
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.lock = threading.Lock()
+        self.clock = clock
         self.nodes: dict[str, int] = {s.value: 0 for s in State}
         self.evictions: dict[str, int] = {}
         self.breaker_trips = 0
         self.breaker_open = 0
         self.leader = 0
-        self.syncs: dict[str, int] = {"ok": 0, "error": 0, "skipped": 0}
+        self.syncs: dict[str, int] = {"ok": 0, "error": 0, "skipped": 0, "deadline": 0}
         self.last_sync_s = 0.0
+        self.no_evidence = 0
+        self.invalid_records = 0
+        self.source_up: dict[str, int] = {"prometheus": 1, "apiserver": 1}
+        self.heartbeat = clock()         # the loop's last progress (monotonic)
+        self.stale_after = float("inf")  # /healthz fails when the heartbeat is older
+
+    def beat(self) -> None:
+        with self.lock:
+            self.heartbeat = self.clock()
+
+    def healthy(self) -> bool:
+        """The loop made progress recently (a wedged loop must not look alive)."""
+        with self.lock:
+            return self.clock() - self.heartbeat <= self.stale_after
 
     def render(self) -> str:
         with self.lock:
@@ -97,7 +128,18 @@ class Metrics:
             out += [f'gpu_remediation_syncs_total{{result="{k}"}} {v}' for k, v in sorted(self.syncs.items())]
             out += ["# HELP gpu_remediation_sync_duration_seconds Duration of the last sync.",
                     "# TYPE gpu_remediation_sync_duration_seconds gauge",
-                    f"gpu_remediation_sync_duration_seconds {self.last_sync_s:.6f}"]
+                    f"gpu_remediation_sync_duration_seconds {self.last_sync_s:.6f}",
+                    "# HELP gpu_remediation_nodes_without_evidence GPU nodes waiting for evidence of health "
+                    "(series missing, exporter not scraped).",
+                    "# TYPE gpu_remediation_nodes_without_evidence gauge",
+                    f"gpu_remediation_nodes_without_evidence {self.no_evidence}",
+                    "# HELP gpu_remediation_invalid_records Nodes skipped because their remediation record "
+                    "does not parse.",
+                    "# TYPE gpu_remediation_invalid_records gauge",
+                    f"gpu_remediation_invalid_records {self.invalid_records}",
+                    "# HELP gpu_remediation_signal_source_up 1 when the last sync could read the source.",
+                    "# TYPE gpu_remediation_signal_source_up gauge"]
+            out += [f'gpu_remediation_signal_source_up{{source="{k}"}} {v}' for k, v in sorted(self.source_up.items())]
         return "\n".join(out) + "\n"
 
 
@@ -110,7 +152,15 @@ def serve_metrics(metrics: Metrics, address: str) -> ThreadingHTTPServer:
             if self.path.split("?")[0] == "/metrics":
                 body, ctype = metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8"
             elif self.path == "/healthz":
-                body, ctype = b"ok\n", "text/plain"
+                ok = metrics.healthy()
+                body, ctype = (b"ok\n" if ok else b"the sync loop made no progress\n"), "text/plain"
+                if not ok:
+                    self.send_response(500)
+                    self.send_header("Content-Type", ctype)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
             else:
                 self.send_error(404)
                 return
@@ -127,7 +177,8 @@ def serve_metrics(metrics: Metrics, address: str) -> ThreadingHTTPServer:
         srv = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
     except (OSError, ValueError) as e:
         raise RemediateError(f"--metrics-address {address}: {e}") from None
-    threading.Thread(target=srv.serve_forever, daemon=True, name="metrics").start()
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True, name="metrics").start()
     return srv
 
 
@@ -154,6 +205,35 @@ class LeaseElector:
         self._observed: tuple | None = None
         self._observed_at = 0.0
         self._renewed_at: float | None = None
+        self._lease: dict = {}
+
+    @property
+    def renewed_at(self) -> float | None:
+        """When (monotonic) our last successful renewal was, or None."""
+        return self._renewed_at
+
+    def latched(self) -> frozenset[str]:
+        """The breaker pools latched open, as the Lease we last read records them (the
+        latch survives a failover; an operator resets it by removing the annotation)."""
+        raw = ((self._lease.get("metadata") or {}).get("annotations") or {}).get(BREAKER_ANNOTATION)
+        try:
+            pools = json.loads(raw) if raw else []
+        except ValueError:
+            return frozenset({""})          # unreadable: stay safe, the fleet's breaker open
+        if not isinstance(pools, list):
+            return frozenset({""})
+        return frozenset(str(p) for p in pools)
+
+    def set_latched(self, pools: frozenset[str]) -> None:
+        """Record the latched pools on the Lease (its resourceVersion: a lost race fails)."""
+        lease = json.loads(self.api.read_namespaced_lease(self.name, self.ns, _preload_content=False).data)
+        if (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+            return
+        ann = lease.setdefault("metadata", {}).setdefault("annotations", {}) or {}
+        ann[BREAKER_ANNOTATION] = json.dumps(sorted(pools))
+        lease["metadata"]["annotations"] = ann
+        self.api.replace_namespaced_lease(self.name, self.ns, lease)
+        self._lease = lease
 
     def is_leader(self) -> bool:
         """True while our last successful renewal is younger than the lease duration."""
@@ -179,6 +259,7 @@ class LeaseElector:
                 return False
             self._renewed_at = now
             return True
+        self._lease = lease
         spec = lease.get("spec") or {}
         record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseTransitions"))
         if record != self._observed:
@@ -241,10 +322,26 @@ class TokenBucket:
         self.tokens = min(self.burst, self.tokens + n)
 
 
+class SyncAborted(Exception):
+    """A write refused: no longer leader, past the sync's deadline, or stopping."""
+
+
+def read_json(resp, limit: int) -> dict:
+    """The JSON body of an unpreloaded API response, refused past `limit` bytes."""
+    data = resp.read(limit + 1)
+    if len(data) > limit:
+        raise SyncAborted(f"API server answer larger than {limit // 2**20} MiB")
+    return json.loads(data)
+
+
+MAX_API_BYTES = 256 * 2**20    # a node list of ~50,000 nodes; the chart's memory limit bounds us anyway
+
+
 class Controller:
     """One remediation controller replica. `sync()` is one pass; `run()` loops."""
 
-    def __init__(self, opts: Options, api_client, prometheus: Prometheus | None, metrics: Metrics | None = None):
+    def __init__(self, opts: Options, api_client, prometheus: Prometheus | None, metrics: Metrics | None = None,
+                 elector: "LeaseElector | None" = None):
         from kubernetes import client
 
         self.opts = opts
@@ -252,17 +349,36 @@ class Controller:
         self.core = client.CoreV1Api(api_client)
         self.prom = prometheus
         self.metrics = metrics or Metrics()
+        self.elector = elector
         self.drainer = drainlib.Drainer(self.core, resource_prefixes=(opts.signals.gpu_resource_prefix,),
-                                        dry_run=opts.dry_run, max_per_step=50)
+                                        dry_run=opts.dry_run, max_per_step=50, guard=self._guard)
         self.bucket = TokenBucket(opts.evictions_per_minute)
         self.shadow: dict[str, Record] = {}   # --dry-run: the records we would have written
         self._said: dict[tuple[str, str], float] = {}  # (node, reason) -> when last reported
         self.stopping = threading.Event()
+        self.deadline = float("inf")          # monotonic: no write after it (this sync's budget)
+        self.latched: frozenset[str] = frozenset()   # without a Lease (--once): in memory
+
+    @property
+    def sync_budget_s(self) -> float:
+        """How long a sync may write after the renewal it started from: half the lease,
+        so a standby (which waits a whole lease from when it saw our renewal) never acts
+        while we still might."""
+        return self.opts.lease_duration_s / 2.0
+
+    def _guard(self) -> None:
+        """Called before every write: refuse it unless we lead, inside the deadline."""
+        if self.stopping.is_set():
+            raise SyncAborted("stopping")
+        if time.monotonic() >= self.deadline:
+            raise SyncAborted("sync deadline passed (half the lease after the renewal)")
+        if self.elector is not None and not self.elector.is_leader():
+            raise SyncAborted("no longer the leader")
 
     # reading
     def _nodes(self) -> list[dict]:
         kw = {"label_selector": self.opts.node_selector} if self.opts.node_selector else {}
-        return json.loads(self.core.list_node(_preload_content=False, **kw).data)["items"]
+        return read_json(self.core.list_node(_preload_content=False, **kw), MAX_API_BYTES)["items"]
 
     def _view(self, node: dict) -> NodeView:
         v = NodeView.from_k8s(node, self.opts.signals.gpu_resource_prefix)
@@ -276,39 +392,82 @@ class Controller:
             v = replace(v, annotations=tuple(sorted(ann.items())), taints=taints)
         return v
 
-    def sync(self) -> None:
-        """List, decide, act: one pass over the fleet."""
+    def sync(self) -> str:
+        """List, decide, act: one pass over the fleet. Returns "ok", or "skipped" when a
+        signal source could not be read (the nodes it speaks for keep their state)."""
         t0 = time.monotonic()
         raw = self._nodes()
         by_name = {n["metadata"]["name"]: n for n in raw}
         views = [self._view(n) for n in raw]
         gpu_names = [v.name for v in views if v.gpu_node]
         faults: dict[str, list] = {}
+        evidence: dict[str, bool] | None = None
+        result_kind = "ok"
         if self.prom is not None:
-            results = self.prom.collect(self.opts.signals)   # PrometheusError: skip this sync
-            faults = faults_from_results(results, self.opts.signals, gpu_names)
+            try:
+                # at most half the sync's budget, so a slow Prometheus leaves time to act on the rest
+                results = self.prom.collect(self.opts.signals, min(self.deadline, t0 + self.sync_budget_s / 2))
+                faults = faults_from_results(results, self.opts.signals, gpu_names)
+                evidence = evidence_from_results(results, self.opts.signals, gpu_names)
+                up = 1
+            except PrometheusError as e:
+                # No data is not health: the Prometheus signals are unknown this sync; every
+                # node keeps the state those signals would change (node signals still act).
+                log.warning("Prometheus signals unknown this sync (no node is released on them): %s", e)
+                evidence = {n: False for n in gpu_names}
+                result_kind, up = "skipped", 0
+            with self.metrics.lock:
+                self.metrics.source_up["prometheus"] = up
+            if not up:
+                self._report_source("prometheus", "SignalSourceUnavailable",
+                                    "Prometheus could not be queried; nodes keep their state until it answers")
         for v in views:
             if v.gpu_node:
                 faults.setdefault(v.name, []).extend(node_faults(by_name[v.name], self.opts.signals))
         self.drainer.forget_policies()
         pods_left = {}
         for v in views:
-            if v.record.state is State.DRAINING:
+            if v.record.state is State.DRAINING and not v.record_error:
                 go, leaving, _ = self.drainer.pods_to_drain(v.name)
                 pods_left[v.name] = len(go) + len(leaving)
+        latched = self.elector.latched() if self.elector is not None else self.latched
         now = time.time()
-        result = step(views, faults, pods_left, now, self.opts.machine)
+        result = step(views, faults, pods_left, now, self.opts.machine, evidence=evidence, latched=latched)
+        if result.latched != latched:
+            self._guard()
+            newly = sorted(result.latched - latched)
+            log.warning("circuit breaker latched open for pool(s) %s: reset with kubectl annotate lease -n %s %s %s-",
+                        ", ".join(p or "(fleet)" for p in newly), self.opts.lease_namespace, self.opts.lease_name,
+                        BREAKER_ANNOTATION)
+            if self.elector is not None and not self.opts.dry_run:
+                self.elector.set_latched(result.latched)
+            self.latched = result.latched
         for d in result.decisions:
             if d.actions:
                 self._apply(by_name[d.node], d)
         with self.metrics.lock:
             self.metrics.nodes = result.counts()
             self.metrics.breaker_trips += len(result.breaker_tripped)
-            self.metrics.breaker_open = int(bool(result.breaker_tripped) or result.held >= result.breaker_limit)
+            self.metrics.breaker_open = int(bool(result.latched) or bool(result.breaker_tripped))
             self.metrics.last_sync_s = time.monotonic() - t0
+            self.metrics.no_evidence = len(result.no_evidence)
+            self.metrics.invalid_records = len(result.invalid)
         if result.breaker_tripped:
             log.warning("circuit breaker: %d nodes held (limit %d); not quarantining %s",
                         result.held, result.breaker_limit, ", ".join(result.breaker_tripped))
+        if result.no_evidence:
+            log.warning("no evidence of health for %d node(s), their state is kept: %s", len(result.no_evidence),
+                        ", ".join(result.no_evidence[:20]))
+        return result_kind
+
+    def _report_source(self, source: str, reason: str, message: str) -> None:
+        """An Event on our Lease (the controller's own object) for a signal source that is
+        down, at most once per REPEAT_S."""
+        if self._repeated(f"source:{source}", reason, False) or self.opts.dry_run:
+            return
+        self._guard()
+        self.event("Lease", self.opts.lease_name, self.opts.lease_namespace, "", reason, message, True,
+                   api_version="coordination.k8s.io/v1")
 
     # acting
     def _apply(self, node: dict, d) -> None:
@@ -329,6 +488,7 @@ class Controller:
         try:
             if "drain" in kinds:
                 after = self._drain(node, d)
+            self._guard()
             if "add-taint" in kinds:
                 drainlib.add_taint(self.core, name, TAINT_KEY, TAINT_EFFECT, OWNER, value="true",
                                    extra_annotations=after.annotations())
@@ -337,12 +497,16 @@ class Controller:
             elif "write-record" in kinds or after != d.before:
                 self._patch_node(node, {"metadata": {"annotations": after.annotations()}}, expect=d.before)
             if "add-label" in kinds:
+                self._guard()
                 self._patch_node(None, {"metadata": {"labels": {RESET_LABEL: "true"}}}, name)
             if "remove-label" in kinds:
+                self._guard()
                 self._patch_node(None, {"metadata": {"labels": {RESET_LABEL: None}}}, name)
             if "set-condition" in kinds:
+                self._guard()
                 self._condition(name, True, next(a for a in d.actions if a.kind == "set-condition").message)
             if "clear-condition" in kinds:
+                self._guard()
                 self._condition(name, False, "")
         except ApiException as e:
             # 409: the node changed since we listed it; the next sync sees the new state.
@@ -350,6 +514,7 @@ class Controller:
             return
         for a in d.actions:
             if a.kind == "event" and not self._repeated(name, a.reason, d.changed):
+                self._guard()
                 self.event("Node", name, "", node["metadata"].get("uid", ""), a.reason, a.message, a.warning)
 
     # Reports that recur every sync while nothing changes (a warn-only signal, a node held
@@ -378,7 +543,8 @@ class Controller:
             self.core.patch_node(name, body, _content_type="application/merge-patch+json")
             return
         for attempt in range(3):
-            fresh = json.loads(self.core.read_node(name, _preload_content=False).data)
+            self._guard()
+            fresh = read_json(self.core.read_node(name, _preload_content=False), MAX_API_BYTES)
             if Record.from_annotations(fresh["metadata"].get("annotations")) != expect:
                 log.info("%s: record changed since this sync read it; re-read next sync", name)
                 return
@@ -396,7 +562,7 @@ class Controller:
         kubelet's and others' conditions are kept)."""
         if on:
             now = _now_micro().split(".")[0] + "Z"
-            cond = {"type": CONDITION_TYPE, "status": "True", "reason": "GpuFault", "message": message[:1000],
+            cond = {"type": CONDITION_TYPE, "status": "True", "reason": "GpuFault", "message": clip(message, MAX_REASON),
                     "lastHeartbeatTime": now, "lastTransitionTime": now}
         else:
             cond = {"type": CONDITION_TYPE, "$patch": "delete"}
@@ -415,6 +581,7 @@ class Controller:
                 self.metrics.evictions[r.outcome] = self.metrics.evictions.get(r.outcome, 0) + 1
             if r.outcome in ("evicted", "deleted"):
                 evicted.append(r.uid)
+                self._guard()
                 self.event("Pod", r.name, r.namespace, r.uid, "GpuRemediationEvicted" if r.outcome == "evicted"
                            else "GpuRemediationDeleted", f"{r.outcome} from GPU node {name} (quarantined)", True)
                 log.info("%s: %s %s/%s", name, r.outcome, r.namespace, r.name)
@@ -424,7 +591,8 @@ class Controller:
                 log.warning("%s: eviction of %s/%s failed: %s", name, r.namespace, r.name, r.message)
         return replace(d.after, evicted=tuple(evicted[-200:]))
 
-    def event(self, kind: str, name: str, namespace: str, uid: str, reason: str, message: str, warning: bool) -> None:
+    def event(self, kind: str, name: str, namespace: str, uid: str, reason: str, message: str, warning: bool,
+              api_version: str = "v1") -> None:
         """A core/v1 Event on the object (Nodes' events go to `default`, as the kubelet's do)."""
         from kubernetes.client.exceptions import ApiException
 
@@ -432,9 +600,9 @@ class Controller:
         now = _now_micro().split(".")[0] + "Z"
         body = {"apiVersion": "v1", "kind": "Event",
                 "metadata": {"generateName": f"{name}.", "namespace": ns},
-                "involvedObject": {"kind": kind, "name": name, "uid": uid, "apiVersion": "v1",
+                "involvedObject": {"kind": kind, "name": name, "uid": uid, "apiVersion": api_version,
                                    **({"namespace": namespace} if namespace else {})},
-                "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
+                "reason": reason, "message": clip(message, MAX_REASON), "type": "Warning" if warning else "Normal",
                 "source": {"component": OWNER, "host": socket.gethostname()},
                 "firstTimestamp": now, "lastTimestamp": now, "count": 1,
                 "reportingComponent": OWNER, "reportingInstance": self.opts.identity or socket.gethostname()}
@@ -445,46 +613,109 @@ class Controller:
             log.warning("event %s on %s/%s: %s", reason, kind, name, e.reason)
 
     # the loop
-    def run(self, elector: LeaseElector | None) -> int:
-        """Sync every period while leader; returns the exit code on SIGTERM/SIGINT."""
+    def _loop(self, elector: LeaseElector | None) -> None:
+        """The worker: renew, sync while leader, wait; until stopped."""
         while not self.stopping.is_set():
             t0 = time.monotonic()
-            leader = elector.try_acquire_or_renew() if elector else True
+            self.metrics.beat()
+            try:
+                leader = elector.try_acquire_or_renew() if elector else True
+                up = 1
+            except Exception as e:  # noqa: BLE001 - an unreachable API server must not end the loop
+                log.warning("lease: %s", e)
+                leader, up = (elector.is_leader() if elector else False), 0
             with self.metrics.lock:
                 self.metrics.leader = int(leader)
-            if leader:
+                self.metrics.source_up["apiserver"] = up
+            if leader and not self.stopping.is_set():
+                start = elector.renewed_at if elector and elector.renewed_at is not None else t0
+                self.deadline = start + self.sync_budget_s
                 try:
-                    self.sync()
-                    with self.metrics.lock:
-                        self.metrics.syncs["ok"] += 1
-                except PrometheusError as e:
-                    log.warning("sync skipped: %s", e)
-                    with self.metrics.lock:
-                        self.metrics.syncs["skipped"] += 1
+                    kind = self.sync()
+                except SyncAborted as e:
+                    log.warning("sync stopped before its end: %s", e)
+                    kind = "deadline"
                 except Exception:  # noqa: BLE001 - a failed sync must not stop the controller
                     log.exception("sync failed")
-                    with self.metrics.lock:
-                        self.metrics.syncs["error"] += 1
+                    kind = "error"
+                finally:
+                    self.deadline = float("-inf")
+                with self.metrics.lock:
+                    self.metrics.syncs[kind] = self.metrics.syncs.get(kind, 0) + 1
+            self.metrics.beat()
             if self.opts.once:
                 break
             self.stopping.wait(max(0.0, self.opts.sync_period_s - (time.monotonic() - t0)))
-        if elector:
+
+    def run(self, elector: LeaseElector | None) -> int:
+        """Loop in a worker thread until SIGTERM/SIGINT (`stopping`); returns the exit code.
+        The main thread only waits, so a stop is honoured within a second even while the
+        worker is blocked on a slow server (its writes are refused once `stopping` is set)."""
+        self.elector = elector
+        with self.metrics.lock:
+            self.metrics.stale_after = self.opts.sync_period_s + self.opts.lease_duration_s
+        worker = threading.Thread(target=self._loop, args=(elector,), daemon=True, name="sync")
+        worker.start()
+        while worker.is_alive() and not self.stopping.wait(0.1):
+            pass
+        self.stopping.set()
+        worker.join(0.3)
+        self.worker_stuck = worker.is_alive()
+        if elector and not worker.is_alive():
             elector.release()
+        elif elector:   # the worker is stuck in a call: release the Lease without waiting for it
+            t = threading.Thread(target=elector.release, daemon=True)
+            t.start()
+            t.join(0.3)
         return 0
 
 
-def api_client_for(kubeconfig: str | None, context: str | None):
-    """An ApiClient from a kubeconfig (or $KUBECONFIG, ~/.kube/config), else in-cluster."""
+def _with_deadlines(api, timeout_s: float):
+    """Give every request of `api` a connect and read timeout (the client has none by default)."""
+    rest = api.rest_client
+    orig = rest.request
+
+    def request(*args, **kw):
+        if kw.get("_request_timeout") is None:
+            kw["_request_timeout"] = (min(5.0, timeout_s), timeout_s)
+        return orig(*args, **kw)
+
+    rest.request = request
+    return api
+
+
+def api_client_for(kubeconfig: str | None, context: str | None, timeout_s: float = 10.0):
+    """An ApiClient from a kubeconfig (or $KUBECONFIG, ~/.kube/config), else in-cluster.
+    The kubeconfig is read through the project's reader (a regular file, bounded: a FIFO
+    is refused, never waited on); every request gets a timeout."""
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
+    from gpuvalues import yamlio
+
     try:
-        if kubeconfig or os.environ.get("KUBECONFIG") or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            return config.new_client_from_config(config_file=kubeconfig, context=context)
+        path = kubeconfig or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or None
+        if path is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            path = os.path.expanduser("~/.kube/config")
+        if path is None:
+            cfg = client.Configuration()
+            config.load_incluster_config(client_configuration=cfg)
+            return _with_deadlines(client.ApiClient(cfg), timeout_s)
+        data, source = yamlio.read_input(path, error=RemediateError, expected="a kubeconfig file",
+                                         max_bytes=4 * 2**20)
+        doc = yamlio.parse_yaml(yamlio.decode(data, source), source=source, error=RemediateError)
+        if not isinstance(doc, dict):
+            raise RemediateError("not a kubeconfig (a YAML mapping)", source=source)
+        from kubernetes.config.kube_config import KubeConfigLoader
+
+        # relative certificate paths are relative to the kubeconfig, as load_kube_config reads them
         cfg = client.Configuration()
-        config.load_incluster_config(client_configuration=cfg)
-        return client.ApiClient(cfg)
-    except (ConfigException, OSError, TypeError) as e:
+        KubeConfigLoader(config_dict=doc, active_context=context,
+                         config_base_path=os.path.abspath(os.path.dirname(path))).load_and_set(cfg)
+        return _with_deadlines(client.ApiClient(configuration=cfg), timeout_s)
+    except RemediateError:
+        raise
+    except (ConfigException, OSError, TypeError, ValueError, KeyError) as e:
         raise RemediateError(f"kubeconfig{' ' + kubeconfig if kubeconfig else ''}: {e}") from None
 
 
@@ -494,8 +725,8 @@ def main(opts: Options) -> int:
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     identity = opts.identity or f"{socket.gethostname()}-{os.getpid()}"
     opts = dataclasses.replace(opts, identity=identity)
-    api = api_client_for(opts.kubeconfig, opts.context)
-    prom = Prometheus(opts.prometheus_url) if opts.prometheus_url else None
+    api = api_client_for(opts.kubeconfig, opts.context, opts.api_timeout_s)
+    prom = Prometheus(opts.prometheus_url, timeout=opts.prometheus_timeout_s) if opts.prometheus_url else None
     metrics = Metrics()
     srv = serve_metrics(metrics, opts.metrics_address) if opts.metrics_address else None
     ctl = Controller(opts, api, prom, metrics)
@@ -506,10 +737,18 @@ def main(opts: Options) -> int:
     log.info("remediation controller %s: sync every %gs, dry run %s, Prometheus %s", identity,
              opts.sync_period_s, opts.dry_run, opts.prometheus_url or "off")
     try:
-        return ctl.run(elector)
+        rc = ctl.run(elector)
     finally:
         if srv:
             srv.shutdown()
+    if getattr(ctl, "worker_stuck", False):
+        # The worker is blocked in a call to a slow server; the interpreter's teardown would
+        # wait on it for seconds. Nothing is left to flush but the logs: exit now.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
 
 
 __all__ = ["Options", "Controller", "LeaseElector", "Metrics", "main", "options_from_args"]
@@ -517,72 +756,35 @@ __all__ = ["Options", "Controller", "LeaseElector", "Metrics", "main", "options_
 
 # --- options ----------------------------------------------------------------------------
 
-# Config file keys (the chart's platform.remediation values, camelCase) -> (type, check).
-_KEYS: dict[str, tuple] = {
-    "prometheusUrl": (str,), "syncPeriodSeconds": ((int, float),), "dryRun": (bool,),
-    "metricsAddress": (str,), "leaseNamespace": (str,), "leaseName": (str,),
-    "leaseDurationSeconds": ((int, float),), "evictionsPerMinute": ((int, float),),
-    "suspectForSeconds": ((int, float),), "holdDownSeconds": ((int, float),), "drain": (bool,),
-    "resetLabel": (bool,), "breakerMaxNodes": (int,), "breakerMaxPercent": ((int, float),),
-    "maxNewQuarantinesPerSync": (int,), "ignoredTaints": (list,), "signals": (dict,),
-    "criticalXids": (list,), "window": (str,), "nodeLabel": (str,), "conditions": (list,),
-    "gpuResourcePrefix": (str,), "nodeSelector": (str,),
-}
 _SIGNAL_KEYS = {"xid": "xid", "dbe": "dbe", "rowRemap": "row-remap", "nvlink": "nvlink",
                 "allocatable": "allocatable", "conditions": "conditions", "exporterMissing": "exporter"}
 
 
+def config_schema() -> dict:
+    """The config file's schema: `$defs/remediationConfig` of the values schema (the one
+    definition of the keys; the chart's platform.remediation refers to it)."""
+    from gpuvalues.schemas import VALUES_SCHEMA, load_schema
+
+    values = load_schema(VALUES_SCHEMA)
+    return {"$schema": values.get("$schema"), "$defs": values["$defs"], "$ref": "#/$defs/remediationConfig"}
+
+
 def load_config(path: str) -> dict:
-    """Read the YAML config; a bad key or type is one error naming file:line:col and field."""
-    import yaml
+    """Read the YAML config through the project's reader (a regular file, bounded) and
+    check it against the schema; the first error is one line naming file:line:col and field."""
+    from gpuvalues import yamlio
+    from gpuvalues.checks.rules import schema_findings
 
-    try:
-        text = open(path, encoding="utf-8").read()
-        root = yaml.compose(text)
-        data = yaml.safe_load(text) or {}
-    except OSError as e:
-        raise RemediateError(f"{path}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise RemediateError(str(getattr(e, "problem", e)), source=path,
-                             line=mark.line + 1 if mark else None, column=mark.column + 1 if mark else None) from None
-    marks = {}
-    if isinstance(root, yaml.MappingNode):
-        for k, v in root.value:
-            if hasattr(k, "value"):
-                marks[k.value] = (k.start_mark.line + 1, k.start_mark.column + 1)
-
-    def bad(key: str, msg: str):
-        line, col = marks.get(key.split(".")[0], (None, None))
-        return RemediateError(msg, source=path, line=line, column=col, field=key)
-
-    if not isinstance(data, dict):
-        raise RemediateError("the config must be a mapping", source=path, line=1, column=1)
-    for k, v in data.items():
-        if k not in _KEYS:
-            raise bad(k, f"unknown key (known: {', '.join(sorted(_KEYS))})")
-        if not isinstance(v, _KEYS[k][0]) or (isinstance(v, bool) and _KEYS[k][0] in ((int, float), int)):
-            raise bad(k, f"must be {_type_name(_KEYS[k][0])}, got {type(v).__name__}")
-    for k, v in (data.get("signals") or {}).items():
-        if k not in _SIGNAL_KEYS:
-            raise bad(f"signals.{k}", f"unknown signal (known: {', '.join(_SIGNAL_KEYS)})")
-        if k == "exporterMissing":
-            if v not in ("ignore", "warn", "act"):
-                raise bad(f"signals.{k}", "must be ignore, warn or act (a bare off would be YAML 1.1 false)")
-        elif not isinstance(v, bool):
-            raise bad(f"signals.{k}", "must be true or false")
-    for k in ("criticalXids",):
-        if any(not isinstance(x, int) or isinstance(x, bool) or x <= 0 for x in data.get(k, [])):
-            raise bad(k, "must be a list of positive integers")
-    for k in ("ignoredTaints", "conditions"):
-        if any(not isinstance(x, str) or not x for x in data.get(k, [])):
-            raise bad(k, "must be a list of non-empty strings")
+    loaded = yamlio.load_mapping(path, allow_empty=True, what="remediation config")
+    data = loaded.data if loaded.data is not None else {}
+    if not data:
+        return {}
+    findings = schema_findings(dataclasses.replace(loaded, data=data), config_schema())
+    if findings:
+        f = findings[0]
+        raise RemediateError(f.message, source=f.source or path, line=f.line, column=f.column, field=f.path or None,
+                             code=f.code)
     return data
-
-
-def _type_name(t) -> str:
-    names = {str: "a string", bool: "true or false", int: "an integer", list: "a list", dict: "a mapping"}
-    return "a number" if isinstance(t, tuple) else names.get(t, t.__name__)
 
 
 def options_from_args(args) -> Options:
@@ -601,30 +803,42 @@ def options_from_args(args) -> Options:
     if exporter != "ignore":
         enabled.add("exporter")
     defaults_s, defaults_m = SignalConfig(), Config()
-    scfg = SignalConfig(enabled=frozenset(enabled),
-                        critical_xids=tuple(cfg.get("criticalXids", defaults_s.critical_xids)),
-                        window=cfg.get("window", defaults_s.window), node_label=cfg.get("nodeLabel", defaults_s.node_label),
-                        conditions=tuple(cfg.get("conditions", defaults_s.conditions)),
-                        exporter_missing_acts=exporter == "act",
-                        gpu_resource_prefix=cfg.get("gpuResourcePrefix", defaults_s.gpu_resource_prefix))
-    mcfg = Config(suspect_for_s=float(cfg.get("suspectForSeconds", defaults_m.suspect_for_s)),
-                  hold_down_s=float(cfg.get("holdDownSeconds", defaults_m.hold_down_s)),
-                  drain=cfg.get("drain", defaults_m.drain), reset_label=cfg.get("resetLabel", defaults_m.reset_label),
-                  breaker_max_nodes=cfg.get("breakerMaxNodes", defaults_m.breaker_max_nodes),
-                  breaker_max_percent=float(cfg.get("breakerMaxPercent", defaults_m.breaker_max_percent)),
-                  max_new_quarantines_per_sync=cfg.get("maxNewQuarantinesPerSync", defaults_m.max_new_quarantines_per_sync),
-                  ignored_taints=tuple(cfg.get("ignoredTaints", defaults_m.ignored_taints)))
+    try:
+        scfg = SignalConfig(enabled=frozenset(enabled),
+                            critical_xids=tuple(cfg.get("criticalXids", defaults_s.critical_xids)),
+                            window=cfg.get("window", defaults_s.window),
+                            node_label=cfg.get("nodeLabel", defaults_s.node_label),
+                            conditions=tuple(cfg.get("conditions", defaults_s.conditions)),
+                            exporter_missing_acts=exporter == "act",
+                            gpu_resource_prefix=cfg.get("gpuResourcePrefix", defaults_s.gpu_resource_prefix),
+                            exporter_job=cfg.get("exporterJob", ""), exporter_namespace=cfg.get("exporterNamespace", ""))
+    except ValueError as e:
+        raise RemediateError(str(e), source=src) from None
+    m = defaults_m
+    mcfg = Config(suspect_for_s=float(cfg.get("suspectForSeconds", m.suspect_for_s)),
+                  hold_down_s=float(cfg.get("holdDownSeconds", m.hold_down_s)),
+                  drain=cfg.get("drain", m.drain), drain_timeout_s=float(cfg.get("drainTimeoutSeconds", m.drain_timeout_s)),
+                  reset_label=cfg.get("resetLabel", m.reset_label),
+                  breaker_max_nodes=cfg.get("breakerMaxNodes", m.breaker_max_nodes),
+                  breaker_max_percent=float(cfg.get("breakerMaxPercent", m.breaker_max_percent)),
+                  breaker_pool_label=cfg.get("breakerPoolLabel", m.breaker_pool_label),
+                  max_new_quarantines_per_sync=cfg.get("maxNewQuarantinesPerSync", m.max_new_quarantines_per_sync),
+                  flap_window_s=float(cfg.get("flapWindowSeconds", m.flap_window_s)),
+                  flap_max_quarantines=cfg.get("flapMaxQuarantines", m.flap_max_quarantines),
+                  ignored_taints=tuple(cfg.get("ignoredTaints", m.ignored_taints)))
+    sync = float(pick("sync_period", "syncPeriodSeconds", 30.0))
     opts = Options(kubeconfig=args.kubeconfig, context=args.context,
                    prometheus_url=pick("prometheus_url", "prometheusUrl", None) or None,
-                   sync_period_s=float(pick("sync_period", "syncPeriodSeconds", 30.0)),
+                   sync_period_s=sync,
                    dry_run=bool(pick("dry_run", "dryRun", False)), once=bool(args.once),
                    metrics_address=pick("metrics_address", "metricsAddress", "0.0.0.0:8080"),
                    lease_namespace=pick("lease_namespace", "leaseNamespace", "default"),
                    lease_name=pick("lease_name", "leaseName", "gpu-inference-remediation"),
                    identity=args.identity or "", node_selector=cfg.get("nodeSelector", ""),
-                   lease_duration_s=float(cfg.get("leaseDurationSeconds", max(15.0, 3 * float(pick("sync_period", "syncPeriodSeconds", 30.0))))),
-                   evictions_per_minute=float(cfg.get("evictionsPerMinute", 30.0)), machine=mcfg, signals=scfg)
-    checks = [(opts.sync_period_s > 0, "syncPeriodSeconds", "must be > 0"),
+                   lease_duration_s=float(cfg.get("leaseDurationSeconds", max(15.0, 3 * sync))),
+                   evictions_per_minute=float(cfg.get("evictionsPerMinute", 30.0)),
+                   prometheus_timeout_s=float(cfg.get("prometheusTimeoutSeconds", 10.0)), machine=mcfg, signals=scfg)
+    checks = [(math.isfinite(opts.sync_period_s) and opts.sync_period_s > 0, "syncPeriodSeconds", "must be > 0"),
               (opts.lease_duration_s >= 2 * opts.sync_period_s or opts.once, "leaseDurationSeconds",
                "must be at least twice the sync period (the leader renews once per sync)"),
               (0 <= mcfg.breaker_max_percent <= 100, "breakerMaxPercent", "must be between 0 and 100"),

@@ -136,11 +136,13 @@ class Drainer:
     `core` is a `kubernetes.client.CoreV1Api`. Call `step(node_name, since)` once per sync:
     it lists the node's pods, evicts those whose backoff allows (at most `max_per_step`),
     and returns the progress. `since` is when the drain began (unix time; the
-    delete-after-timeout clock). `dry_run` sends the evictions with dryRun=All."""
+    delete-after-timeout clock). `dry_run` sends the evictions with dryRun=All; `guard`,
+    if given, is called before each eviction or delete and refuses it by raising (the
+    remediation controller: still the leader, inside the sync's deadline)."""
 
     def __init__(self, core, *, gpu_only: bool = True, resource_prefixes: tuple[str, ...] = ("nvidia.com/",),
                  backoff: Backoff | None = None, max_per_step: int = 10, dry_run: bool = False,
-                 wall: Callable[[], float] = time.time):
+                 wall: Callable[[], float] = time.time, guard: Callable[[], None] | None = None):
         self.core = core
         self.gpu_only = gpu_only
         self.prefixes = resource_prefixes
@@ -148,6 +150,7 @@ class Drainer:
         self.max_per_step = max_per_step
         self.dry_run = dry_run
         self.wall = wall
+        self.guard = guard          # called before every eviction or delete (raises to refuse it)
         self._ns_cache: dict[str, NamespacePolicy] = {}
 
     def pods_to_drain(self, node: str) -> tuple[list[dict], list[dict], list[tuple[str, str, str]]]:
@@ -210,6 +213,8 @@ class Drainer:
                 continue
             touched.add(owner)
             pol = self.policy(ns)
+            if self.guard is not None:
+                self.guard()
             if pol.mode == "DeleteAfterTimeout" and pol.delete_after_s is not None \
                     and self.wall() - since >= pol.delete_after_s:
                 res = self.delete(ns, name, uid)

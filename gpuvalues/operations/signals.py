@@ -10,8 +10,17 @@ From Prometheus (DCGM exporter series, over the HTTP API `GET /api/v1/query`):
 * `row-remap`: `DCGM_FI_DEV_ROW_REMAP_FAILURE > 0` (the GPU could not remap a failing row).
 * `nvlink`: `increase(DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL[window]) > 0` (link
   recoveries; CRC counters tick on healthy links too, so they are not used by default).
-* `exporter`: a GPU node with no `DCGM_FI_DEV_GPU_TEMP` series (the exporter is missing):
-  warn only by default; absence of data must not quarantine a fleet.
+* evidence (`presence`): per node, how many `DCGM_FI_DEV_GPU_TEMP` series the exporter
+  gives. A node is healthy only on evidence: its series present and its exporter's target
+  scraped (`up == 1`); a node without evidence keeps its state (no data is not health).
+  Without evidence a GPU node also gets an `exporter-missing` warning (act on it with
+  `exporter_missing_acts`).
+
+Every series is selected by the chart's own exporter job (`exporter_job`) and kept only if
+it comes from a target of that job (`and on (instance) up{job, namespace} == 1`), so a
+series from another job that claims a node's `Hostname` is never read. Values are read
+with their metric's meaning: a sample must be finite and > 0, an Xid label a critical
+code. Label values in PromQL are escaped (`promql_string`), label names and windows checked.
 
 From the API server (the Node objects):
 
@@ -22,14 +31,20 @@ From the API server (the Node objects):
   status True, names configurable.
 
 The node a DCGM series belongs to is its `Hostname` label (the exporter sets it from the
-node name, NODE_NAME in the chart's DaemonSet); configurable (`node_label`).
+node name, NODE_NAME in the chart's DaemonSet), or `hostname`: dcgm-exporter renamed the
+label in NVIDIA/dcgm-exporter#655 (commit d5e5f51), so with the default both spellings
+are read; another `node_label` is read alone.
 """
 from __future__ import annotations
 
+import http.client
 import json
-import urllib.error
+import math
+import re
+import socket
+import threading
+import time
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -55,10 +70,33 @@ APPLICATION_XIDS = (13, 31, 43, 45, 68, 109)
 
 SIGNALS = ("xid", "dbe", "row-remap", "nvlink", "exporter", "allocatable", "conditions")
 
+# dcgm-exporter's node label before and after NVIDIA/dcgm-exporter#655 (d5e5f51).
+HOSTNAME_LABELS = ("Hostname", "hostname")
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")   # Prometheus data model: label names
+DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+")  # PromQL durations (promql/parser/lex.go)
+MAX_RESPONSE_BYTES = 8 * 2**20   # a Prometheus answer larger than this is refused (chart limit 256Mi)
+MAX_SERIES = 200_000
+
+
+def promql_string(value: str) -> str:
+    """A PromQL double-quoted string literal for `value` (Go string escapes: backslash,
+    double quote, control characters), so a label value cannot end the selector."""
+    out = []
+    for ch in value:
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7f:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
 
 class PrometheusError(GpuValuesError):
-    """Prometheus could not be queried. Internal to the loop (the sync is skipped: no
-    signal is not health); never a start-up error."""
+    """Prometheus could not be queried. Internal to the loop (the Prometheus signals are
+    unknown for the sync: no node is released on them); never a start-up error."""
 
 
 @dataclass(frozen=True)
@@ -71,23 +109,80 @@ class SignalConfig:
     conditions: tuple[str, ...] = ("GpuUnhealthy", "GpuXidError", "NVLinkDown")
     exporter_missing_acts: bool = False
     gpu_resource_prefix: str = "nvidia.com/"
+    exporter_job: str = ""          # the chart's DCGM exporter job; empty: any job (not advised)
+    exporter_namespace: str = ""    # its namespace (a target label); empty: any
+
+    def __post_init__(self):
+        if not LABEL_NAME.fullmatch(self.node_label):
+            raise ValueError(f"nodeLabel {self.node_label!r} is not a Prometheus label name")
+        if not DURATION.fullmatch(self.window):
+            raise ValueError(f"window {self.window!r} is not a PromQL duration (e.g. 10m)")
+
+    def node_labels(self) -> tuple[str, ...]:
+        """The labels that name the node, first match wins."""
+        return HOSTNAME_LABELS if self.node_label in HOSTNAME_LABELS else (self.node_label,)
+
+    def _sel(self, extra: str = "") -> str:
+        parts = [f"job={promql_string(self.exporter_job)}"] if self.exporter_job else []
+        if extra:
+            parts.append(extra)
+        return "{" + ",".join(parts) + "}"
+
+    def _guard(self) -> str:
+        """Keep series of targets of our job (and namespace) whose last scrape succeeded."""
+        if not self.exporter_job and not self.exporter_namespace:
+            return ""
+        labels = [f"job={promql_string(self.exporter_job)}"] if self.exporter_job else []
+        if self.exporter_namespace:
+            labels.append(f"namespace={promql_string(self.exporter_namespace)}")
+        return f" and on (instance) (up{{{','.join(labels)}}} == 1)"
 
     def queries(self) -> dict[str, str]:
         """PromQL per Prometheus signal, each aggregated to (node, gpu[, xid])."""
-        n, w = self.node_label, self.window
+        by, w, g = ", ".join(self.node_labels()), self.window, self._guard()
         q = {}
         if "xid" in self.enabled and self.critical_xids:
-            xids = "|".join(str(x) for x in self.critical_xids)
-            q["xid"] = f'max by ({n}, gpu, xid) (max_over_time(DCGM_EXP_XID_ERRORS_COUNT{{xid=~"{xids}"}}[{w}])) > 0'
+            xids = "|".join(str(int(x)) for x in self.critical_xids)
+            q["xid"] = (f"max by ({by}, gpu, xid) (max_over_time("
+                        f"DCGM_EXP_XID_ERRORS_COUNT{self._sel(f'xid=~{promql_string(xids)}')}[{w}]){g}) > 0")
         if "dbe" in self.enabled:
-            q["dbe"] = f"max by ({n}, gpu) (increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[{w}])) > 0"
+            q["dbe"] = f"max by ({by}, gpu) (increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{self._sel()}[{w}]){g}) > 0"
         if "row-remap" in self.enabled:
-            q["row-remap"] = f"max by ({n}, gpu) (DCGM_FI_DEV_ROW_REMAP_FAILURE) > 0"
+            q["row-remap"] = f"max by ({by}, gpu) (DCGM_FI_DEV_ROW_REMAP_FAILURE{self._sel()}{g}) > 0"
         if "nvlink" in self.enabled:
-            q["nvlink"] = f"max by ({n}, gpu) (increase(DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL[{w}])) > 0"
-        if "exporter" in self.enabled:
-            q["exporter"] = f"count by ({n}) (DCGM_FI_DEV_GPU_TEMP)"
+            q["nvlink"] = (f"max by ({by}, gpu) (increase(DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"
+                           f"{self._sel()}[{w}]){g}) > 0")
+        # evidence of health, always queried: which nodes the exporter reports at all
+        q["presence"] = f"count by ({by}) (DCGM_FI_DEV_GPU_TEMP{self._sel()}{g})"
         return q
+
+    def node_of(self, metric: Mapping) -> str | None:
+        for lab in self.node_labels():
+            v = metric.get(lab)
+            if isinstance(v, str) and v and len(v) <= 253:
+                return v
+        return None
+
+
+def _sample(s: Mapping) -> float | None:
+    """The sample value of an instant-vector element if it is a finite number > 0."""
+    try:
+        v = float(s.get("value", (0, "0"))[1])
+    except (TypeError, ValueError, IndexError):
+        return None
+    return v if math.isfinite(v) and v > 0 else None
+
+
+def evidence_from_results(results: Mapping[str, list[Mapping]] | None, cfg: SignalConfig,
+                          gpu_nodes: Iterable[str]) -> dict[str, bool]:
+    """Per GPU node, whether Prometheus gave evidence of health: its exporter's series are
+    there (from a scraped target of the exporter job). None (Prometheus failed): none."""
+    seen = set()
+    for s in (results or {}).get("presence", ()):
+        node = cfg.node_of(s.get("metric") or {})
+        if node and _sample(s) is not None:
+            seen.add(node)
+    return {n: n in seen for n in gpu_nodes}
 
 
 def faults_from_results(results: Mapping[str, list[Mapping]], cfg: SignalConfig,
@@ -95,23 +190,26 @@ def faults_from_results(results: Mapping[str, list[Mapping]], cfg: SignalConfig,
     """Prometheus instant-vector results (the `data.result` list per signal) -> faults per
     node. `gpu_nodes` are the GPU nodes the API server knows (for the exporter check)."""
     out: dict[str, list[Fault]] = {}
-    n = cfg.node_label
+    critical = set(cfg.critical_xids)
     for sig in ("xid", "dbe", "row-remap", "nvlink"):
         for s in results.get(sig, ()):
-            m = s.get("metric", {})
-            node = m.get(n)
-            if not node:
+            m = s.get("metric") or {}
+            node, value = cfg.node_of(m), _sample(s)
+            if not node or value is None:
                 continue
-            value = s.get("value", (0, "0"))[1]
+            gpu = str(m.get("gpu", "?"))[:8]
             if sig == "xid":
-                detail = f"Xid {m.get('xid', '?')} on GPU {m.get('gpu', '?')} ({value} in {cfg.window})"
+                code = str(m.get("xid", ""))
+                if not code.isdigit() or int(code) not in critical:   # Xids are positive integers
+                    continue
+                detail = f"Xid {int(code)} on GPU {gpu} ({value:g} in {cfg.window})"
             else:
-                detail = f"GPU {m.get('gpu', '?')}: {value}"
+                detail = f"GPU {gpu}: {value:g}"
             out.setdefault(node, []).append(Fault(sig, detail))
-    if "exporter" in results:
-        seen = {s.get("metric", {}).get(n) for s in results["exporter"]}
-        for node in gpu_nodes:
-            if node not in seen:
+    if "presence" in results and "exporter" in cfg.enabled:
+        ev = evidence_from_results(results, cfg, gpu_nodes)
+        for node, ok in ev.items():
+            if not ok:
                 out.setdefault(node, []).append(
                     Fault("exporter-missing", "no DCGM exporter series for this GPU node", cfg.exporter_missing_acts))
     for faults in out.values():
@@ -135,7 +233,8 @@ def node_faults(node: Mapping, cfg: SignalConfig) -> list[Fault]:
     if "conditions" in cfg.enabled and cfg.conditions:
         for c in status.get("conditions") or []:
             if c.get("type") in cfg.conditions and c.get("status") == "True":
-                out.append(Fault("condition", f"{c['type']}: {c.get('reason', '')} {c.get('message', '')}".strip()))
+                text = f"{c['type']}: {str(c.get('reason', ''))[:200]} {str(c.get('message', ''))[:400]}"
+                out.append(Fault("condition", text.strip()))
     return out
 
 
@@ -147,30 +246,81 @@ def _int(v) -> int:
 
 
 class Prometheus:
-    """A minimal Prometheus HTTP API client (instant queries), standard library only."""
+    """A minimal Prometheus HTTP API client (instant queries), standard library only.
+    Every query has a deadline for the whole exchange (connect, headers, body: a server
+    that sends one byte every few seconds is cut off at it) and a cap on the answer's size."""
 
-    def __init__(self, url: str, timeout: float = 10.0):
+    def __init__(self, url: str, timeout: float = 10.0, max_bytes: int = MAX_RESPONSE_BYTES):
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.max_bytes = max_bytes
+        u = urllib.parse.urlsplit(self.url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"{url}: not an http(s) URL")
+        self._parts = u
 
-    def query(self, promql: str) -> list[dict]:
-        """`GET /api/v1/query`: the result vector; PrometheusError on any failure."""
-        u = f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+    def query(self, promql: str, deadline: float | None = None) -> list[dict]:
+        """`GET /api/v1/query`: the result vector; PrometheusError on any failure.
+        `deadline` (time.monotonic()) bounds it further."""
+        end = time.monotonic() + self.timeout
+        if deadline is not None:
+            end = min(end, deadline)
+        u = self._parts
+        path = f"{u.path}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+        remaining = end - time.monotonic()
+        if remaining <= 0:
+            raise PrometheusError(f"{self.url}: no time left for the query (sync deadline)")
+        cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+        conn = cls(u.hostname, u.port, timeout=remaining)
+        # The socket timeout bounds each read; the timer bounds the whole exchange (it
+        # shuts the socket down, which ends any read blocked on it).
+        held: list = []
+        timer = threading.Timer(remaining, _abort, (held,))
+        timer.daemon = True
+        timer.start()
         try:
-            with urllib.request.urlopen(u, timeout=self.timeout) as r:  # noqa: S310 (configured URL)
-                body = json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            # 400/422/503 carry the API's JSON error body (errorType, error)
-            try:
-                body = json.loads(e.read())
-            except ValueError:
-                raise PrometheusError(f"{self.url}: query failed: HTTP {e.code}") from None
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            raise PrometheusError(f"{self.url}: query failed: {e}") from None
-        if body.get("status") != "success":
-            raise PrometheusError(f"{self.url}: {body.get('errorType')}: {body.get('error')}")
-        return body["data"]["result"]
+            conn.connect()
+            held.append(conn.sock)
+            if time.monotonic() >= end:
+                raise OSError("deadline")
+            conn.request("GET", path, headers={"Accept": "application/json"})
+            resp = conn.getresponse()
+            data = resp.read(self.max_bytes + 1)
+            if time.monotonic() >= end - 0.01:
+                raise OSError("deadline")        # cut short by the timer
+            if len(data) > self.max_bytes:
+                raise PrometheusError(f"{self.url}: answer larger than {self.max_bytes // 2**20} MiB: refused")
+            status = resp.status
+        except PrometheusError:
+            raise
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            late = time.monotonic() >= end - 0.01
+            raise PrometheusError(f"{self.url}: query failed: "
+                                  f"{'deadline exceeded' if late else e.__class__.__name__ + ': ' + str(e)}") from None
+        finally:
+            timer.cancel()
+            conn.close()
+        try:
+            body = json.loads(data)
+        except (ValueError, RecursionError):
+            raise PrometheusError(f"{self.url}: HTTP {status}, not JSON") from None
+        if not isinstance(body, dict) or body.get("status") != "success":
+            err = body.get("error") if isinstance(body, dict) else None
+            etype = body.get("errorType") if isinstance(body, dict) else None
+            raise PrometheusError(f"{self.url}: HTTP {status}: {etype}: {str(err)[:200]}")
+        result = (body.get("data") or {}).get("result")
+        if not isinstance(result, list) or len(result) > MAX_SERIES:
+            raise PrometheusError(f"{self.url}: result is not a vector of at most {MAX_SERIES} series")
+        return [s for s in result if isinstance(s, dict)]
 
-    def collect(self, cfg: SignalConfig) -> dict[str, list[dict]]:
+    def collect(self, cfg: SignalConfig, deadline: float | None = None) -> dict[str, list[dict]]:
         """Every enabled Prometheus signal's result."""
-        return {sig: self.query(q) for sig, q in cfg.queries().items()}
+        return {sig: self.query(q, deadline) for sig, q in cfg.queries().items()}
+
+
+def _abort(held: list) -> None:
+    for sock in held:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass

@@ -335,8 +335,14 @@ def workloads_from_manifests(objects: Sequence[Mapping]) -> tuple[list[Workload]
                 if isinstance(inner, CapacityError):
                     raise
                 where = _where(o) if isinstance(o, Mapping) else repr(o)[:40]
-                raise CapacityError(f"malformed object ({inner.__class__.__name__}: {inner})", source=where) from None
-        raise CapacityError(f"malformed manifests ({exc.__class__.__name__}: {exc})") from None
+                raise CapacityError(_WRONG_TYPE.format(what="object"), source=where) from None
+        raise CapacityError(_WRONG_TYPE.format(what="manifests")) from None
+
+
+# Python's own words ("list indices must be integers or slices, not str") describe the
+# reader, not the input: a malformed object is worded for the person who wrote it.
+_WRONG_TYPE = ("malformed {what}: a field holds the wrong type (a list where a mapping belongs, text "
+               "where a number belongs, or the like); render it with helm or kubectl first")
 
 
 def _workloads_from_manifests(objects: Sequence[Mapping]) -> tuple[list[Workload], list[str], list[str]]:
@@ -698,14 +704,31 @@ def load_manifests(text: str, source: str) -> list[dict]:
     """Objects from a rendered YAML (or JSON) stream; `List` objects are flattened."""
     from gpuvalues.yamlio import parse_yaml
 
-    docs = parse_yaml(text, source=source, error=CapacityError, all_documents=True)
+    docs = parse_yaml(text, source=source, error=CapacityError, all_documents=True, unique_keys=True)
     out = []
-    for d in docs:
-        if isinstance(d, dict) and d.get("kind", "").endswith("List") and isinstance(d.get("items"), list):
+    for i, d in enumerate(docs):
+        if isinstance(d, dict) and str(d.get("kind", "")).endswith("List") and isinstance(d.get("items"), list):
             out.extend(d["items"])
         elif isinstance(d, dict):
             out.append(d)
         else:
-            raise CapacityError("each document must be a Kubernetes object", source=source)
+            line, col = _document_position(text, i)
+            raise CapacityError(f"document {i + 1} is {type(d).__name__}, not a Kubernetes object (a mapping "
+                                "with apiVersion and kind)", source=source, line=line, column=col)
     return out
+
+
+def _document_position(text: str, index: int) -> tuple[int | None, int | None]:
+    """Where the `index`-th non-empty document of `text` starts (1-based; error path only)."""
+    import yaml
+
+    from gpuvalues.yamlio import SAFE_LOADER
+
+    try:
+        nodes = [n for n in yaml.compose_all(text, Loader=SAFE_LOADER) if n is not None]
+    except yaml.YAMLError:
+        return None, None
+    if index >= len(nodes):
+        return None, None
+    return nodes[index].start_mark.line + 1, nodes[index].start_mark.column + 1
 

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping
 
 from gpuvalues.catalog import gfd_product_label
 from gpuvalues.errors import GpuValuesError, InventoryError
-from gpuvalues.kube import parse_quantity
+from gpuvalues.kube import label_problem, node_name_problem, parse_quantity
 from gpuvalues.planners.topology import DEFAULT_TOPOLOGY_KEY, Topology, nvlink_size, parse_topo_matrix
 from gpuvalues.schemas import INVENTORY_SCHEMA, is_valid, load_schema, validator_for
 from gpuvalues.yamlio import format_path
@@ -44,6 +44,18 @@ KIND = "Inventory"
 GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# Bounds (GV038), checked where a number is read so nothing downstream sees a 401-digit
+# count: any quantity at most 2^62 (bytes up to 4 EiB; what schemas/inventory.schema.json
+# allows for integers), an extended resource at most 1024 GPUs x 1024 sharing replicas,
+# and the GFD counts (`nvidia.com/gpu.count`, `mig-<profile>.count`, `gpu.replicas`) at
+# most 1024, `gpu.memory` at most 2^24 MiB, as the schema's `gpu` fields.
+MAX_QUANTITY = 2 ** 62
+# Nodes in one inventory: Kubernetes supports clusters of up to 5,000 nodes (kubernetes.io,
+# "Considerations for large clusters"); twice that, so every loop over nodes is bounded.
+MAX_NODES = 10_000
+MAX_EXTENDED = 1024 * 1024
+MAX_GFD_COUNT = 1024
+MAX_GPU_MEMORY_MIB = 2 ** 24
 # Resources kept from a Node: everything the GPU filters need. Other vendors' extended
 # resources are kept too (a pod may request them); hugepages and the like are not.
 _KEEP_BASIC = ("cpu", "memory", "pods", "ephemeral-storage")
@@ -68,7 +80,12 @@ def _resource_amount_cached(name: str, value: str | int) -> int:
 def _resource_amount(name: str, value: Any) -> int:
     q = parse_quantity(value)
     if q < 0:
-        raise InventoryError(f"{name}: negative quantity {value!r}")
+        raise InventoryError(f"{name}: negative quantity {value!r}", code="GV038")
+    most = MAX_EXTENDED if "/" in name and not name.startswith("hugepages-") else MAX_QUANTITY
+    if q > most * (1000 if name == "cpu" else 1):
+        shown = str(value) if len(str(value)) <= 24 else str(value)[:21] + "..."
+        raise InventoryError(f"{name}: quantity {shown} is out of range (at most {most:,}"
+                             f"{' cores' if name == 'cpu' else ''})", code="GV038")
     if name == "cpu":
         q *= 1000
         return int(q) if q.denominator == 1 else int(q) + 1  # Kubernetes rounds up to 1m
@@ -262,19 +279,22 @@ class Inventory:
     @classmethod
     def from_dict(cls, data: Mapping, source: str | None = None) -> "Inventory":
         """Validate against schemas/inventory.schema.json and build the Inventory."""
+        if isinstance(data, _MAPS) and isinstance(data.get("nodes"), list) and len(data["nodes"]) > MAX_NODES:
+            raise InventoryError(too_many_nodes(len(data["nodes"])), source=source, field=f"nodes[{MAX_NODES}]",
+                                 code="GV038")
         _validate(data, source)
         nodes = []
         for i, nd in enumerate(data["nodes"]):
             where = f"nodes[{i}]"
-            try:
-                capacity = {k: resource_amount(k, v) for k, v in (nd.get("capacity") or {}).items()}
-                allocatable = {k: resource_amount(k, v) for k, v in (nd.get("allocatable") or {}).items()}
-            except ValueError as exc:
-                raise InventoryError(str(exc), source=source, field=where) from None
+            capacity = _amounts(nd.get("capacity") or {}, source, f"{where}.capacity")
+            allocatable = _amounts(nd.get("allocatable") or {}, source, f"{where}.allocatable")
             if "allocatable" not in nd:
                 allocatable = dict(capacity)
             labels = dict(nd.get("labels") or {})
-            gpu = GpuInfo.from_dict(nd["gpu"]) if "gpu" in nd else gpu_info_from_labels(labels, allocatable)
+            _check_node_name(nd["name"], source, f"{where}.name")
+            _check_labels(labels, source, f"{where}.labels")
+            gpu = GpuInfo.from_dict(nd["gpu"]) if "gpu" in nd else _gpu_from_labels(labels, allocatable, source,
+                                                                                     where)
             topology = None
             if "topology" in nd:
                 try:
@@ -285,6 +305,7 @@ class Inventory:
             nodes.append(Node(name=nd["name"], labels=labels, taints=taints, capacity=capacity,
                               allocatable=allocatable, gpu=gpu, topology=topology,
                               unschedulable=bool(nd.get("unschedulable", False))))
+        check_unique_names([n.name for n in nodes], source, "nodes[{}].name")
         return cls(tuple(nodes), source=source)
 
 
@@ -297,18 +318,25 @@ def _validate(data: Any, source: str | None) -> None:
     if errors:
         err = errors[0]
         path = format_path(err.absolute_path) if err.absolute_path else None
-        raise InventoryError(err.message, source=source, field=path)
+        raise InventoryError(err.message, source=source, field=path, code="GV000")
 
 
 # -- GFD labels ------------------------------------------------------------------------
-def _int_label(labels: Mapping[str, str], key: str) -> int | None:
+def _int_label(labels: Mapping[str, str], key: str, most: int = MAX_GFD_COUNT, least: int = 0) -> int | None:
+    """A GFD label that holds a count, or None when absent. GFD writes decimal integers
+    (`internal/lm/resource.go`: strconv.Itoa); anything else is a forged or broken label and
+    an InventoryError naming it (field `labels.<key>`), not a silent default."""
     value = labels.get(key)
     if value is None:
         return None
-    try:
-        return int(value)
-    except ValueError:
-        return None
+    if not (isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 19):
+        raise InventoryError(f"{value!r} is not a count (GFD writes a decimal integer)",
+                             field=f"labels.{key}", code="GV000")
+    n = int(value)
+    if not least <= n <= most:
+        raise InventoryError(f"{n:,} is out of range ({least}..{most:,})",
+                             field=f"labels.{key}", code="GV038")
+    return n
 
 
 def gpu_info_from_labels(labels: Mapping[str, str], allocatable: Mapping[str, int]) -> GpuInfo:
@@ -319,14 +347,11 @@ def gpu_info_from_labels(labels: Mapping[str, str], allocatable: Mapping[str, in
     for key, value in labels.items():
         m = _MIG_COUNT.fullmatch(key) if key.startswith("nvidia.com/mig-") else None
         if m:
-            try:
-                profiles[m.group(1)] = int(value)
-            except ValueError:
-                pass
+            profiles[m.group(1)] = _int_label(labels, key)
     for res, amount in allocatable.items():
         if res.startswith(MIG_PREFIX):  # no count label: devices = resource / sharing replicas
             profile = res[len(MIG_PREFIX):].removesuffix(".shared")
-            replicas = _int_label(labels, f"nvidia.com/mig-{profile}.replicas") or 1
+            replicas = _int_label(labels, f"nvidia.com/mig-{profile}.replicas", least=1) or 1
             profiles.setdefault(profile, amount // replicas)
     count = _int_label(labels, "nvidia.com/gpu.count")
     if strategy == "single" and product and "-MIG-" in product:
@@ -339,11 +364,12 @@ def gpu_info_from_labels(labels: Mapping[str, str], allocatable: Mapping[str, in
     return GpuInfo(
         product=product,
         count=count,
-        memory_mib=_int_label(labels, "nvidia.com/gpu.memory"),
+        memory_mib=_int_label(labels, "nvidia.com/gpu.memory", MAX_GPU_MEMORY_MIB),
         mig_capable=None if mig_capable is None else mig_capable == "true",
         mig_strategy=strategy if strategy in ("none", "single", "mixed") else "none",
         mig_profiles=profiles,
-        replicas=_int_label(labels, "nvidia.com/gpu.replicas") or 1,
+        # GFD labels MIG-mixed nodes nvidia.com/gpu.replicas=0 (the e2e fleet's upstream GFD)
+        replicas=_int_label(labels, "nvidia.com/gpu.replicas", least=0) or 1,
         sharing_strategy=labels.get("nvidia.com/gpu.sharing-strategy", "none"),
     )
 
@@ -362,6 +388,7 @@ def _node_from_k8s(obj: Mapping, source: str | None, where: str) -> Node:
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise InventoryError("node without a metadata.name string", source=source, field=f"{where}.metadata.name")
+    _check_node_name(name, source, f"{where}.metadata.name")
     spec = mapping(obj.get("spec"), "spec")
     status = mapping(obj.get("status"), "status")
 
@@ -371,8 +398,10 @@ def _node_from_k8s(obj: Mapping, source: str | None, where: str) -> Node:
             if isinstance(res, str) and (res in _KEEP_BASIC or "/" in res):
                 try:
                     out[res] = resource_amount(res, value)
-                except ValueError as exc:
-                    raise InventoryError(str(exc), source=source, field=f"{where}.status.{key}") from None
+                except GpuValuesError as exc:
+                    raise InventoryError(exc.message.removeprefix(f"{res}: "), source=source,
+                                         field=f"{where}.status.{key}.{res}",
+                                         code=exc.code) from None
         return out
 
     capacity = resources("capacity")
@@ -386,14 +415,55 @@ def _node_from_k8s(obj: Mapping, source: str | None, where: str) -> Node:
                 or not t.get("key") or not isinstance(t.get("value") or "", str):
             raise InventoryError(f"taint needs a key and an effect in {TAINT_EFFECTS}",
                                  source=source, field=f"{where}.spec.taints[{j}]")
+        # core/validation ValidateTaints: the key a qualified name, the value a label value
+        problem = label_problem(t["key"], t.get("value") or "")
+        if problem:
+            raise InventoryError(f"taint: {problem}", source=source, field=f"{where}.spec.taints[{j}]",
+                                 code="GV037")
         taints.append(Taint(t["key"], t["effect"], t.get("value") or ""))
     labels = dict(mapping(meta.get("labels"), "metadata.labels"))
     bad = [k for k, v in labels.items() if not isinstance(k, str) or not isinstance(v, str)]
     if bad:
         raise InventoryError(f"label {bad[0]!r}: keys and values must be strings", source=source,
                              field=f"{where}.metadata.labels")
+    _check_labels(labels, source, f"{where}.metadata.labels")
     return Node(name=name, labels=labels, taints=tuple(taints), capacity=capacity, allocatable=allocatable,
-                gpu=gpu_info_from_labels(labels, allocatable), unschedulable=bool(spec.get("unschedulable")))
+                gpu=_gpu_from_labels(labels, allocatable, source, f"{where}.metadata"),
+                unschedulable=bool(spec.get("unschedulable")))
+
+
+def _amounts(resources: Mapping, source: str | None, field: str) -> dict[str, int]:
+    out = {}
+    for k, v in resources.items():
+        try:
+            out[k] = resource_amount(k, v)
+        except GpuValuesError as exc:
+            raise InventoryError(exc.message.removeprefix(f"{k}: "), source=source, field=f"{field}.{k}",
+                                 code=exc.code) from None
+    return out
+
+
+def _check_node_name(name: str, source: str | None, field: str) -> None:
+    problem = node_name_problem(name)
+    if problem:
+        raise InventoryError(problem, source=source, field=field, code="GV037")
+
+
+def _check_labels(labels: Mapping, source: str | None, field: str) -> None:
+    for key, value in labels.items():
+        problem = label_problem(key, value)
+        if problem:
+            raise InventoryError(problem, source=source, field=f"{field}.{key}", code="GV037")
+
+
+def _gpu_from_labels(labels: Mapping[str, str], allocatable: Mapping[str, int], source: str | None,
+                     where: str) -> GpuInfo:
+    """gpu_info_from_labels, its errors placed at the node (`<where>.labels.<key>`)."""
+    try:
+        return gpu_info_from_labels(labels, allocatable)
+    except InventoryError as exc:
+        raise InventoryError(exc.message, source=source, field=f"{where}.{exc.field}" if exc.field else where,
+                             code=exc.code) from None
 
 
 def from_kubectl_json(data: Any, source: str | None = None) -> Inventory:
@@ -411,15 +481,39 @@ def from_kubectl_json(data: Any, source: str | None = None) -> Inventory:
         items = data["items"]
     else:
         raise InventoryError("expected a NodeList/List with items, or a Node", source=source, field="kind")
-    nodes = []
-    for i, item in enumerate(items):
-        if not isinstance(item, _MAPS) or item.get("kind", "Node") != "Node":
-            raise InventoryError("list item is not a Node", source=source, field=f"items[{i}]")
-        try:
-            nodes.append(_node_from_k8s(item, source, f"items[{i}]"))
-        except (AttributeError, TypeError) as exc:  # a list where a map belongs, and the like
-            raise InventoryError(f"malformed Node ({exc})", source=source, field=f"items[{i}]") from None
-    return Inventory(tuple(nodes), source=source)
+    if len(items) > MAX_NODES:
+        raise InventoryError(too_many_nodes(len(items)), source=source, field=f"items[{MAX_NODES}]",
+                             code="GV038")
+    nodes = tuple(node_from_kubectl_item(item, source, i) for i, item in enumerate(items))
+    check_unique_names([n.name for n in nodes], source, "items[{}].metadata.name")
+    return Inventory(nodes, source=source)
+
+
+def check_unique_names(names: list[str], source: str | None, field: str) -> None:
+    """A node name given twice, placed at its second occurrence (GV018)."""
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            raise InventoryError(f"node {name!r} is listed twice; node names are unique", source=source,
+                                 field=field.format(i), code="GV018")
+        seen.add(name)
+
+
+def node_from_kubectl_item(item: Any, source: str | None, index: int) -> Node:
+    """One Node of `kubectl get nodes -o json`'s items (`items[index]`, for messages)."""
+    if not isinstance(item, _MAPS) or item.get("kind", "Node") != "Node":
+        raise InventoryError("list item is not a Node", source=source, field=f"items[{index}]")
+    try:
+        return _node_from_k8s(item, source, f"items[{index}]")
+    except (AttributeError, TypeError):   # a safety net: every field's type is checked above
+        raise InventoryError("malformed Node: a field holds the wrong type (a list where a mapping "
+                             "belongs, or the like)", source=source, field=f"items[{index}]") from None
+
+
+def too_many_nodes(n: int | str) -> str:
+    """The message for an inventory past MAX_NODES."""
+    return (f"{n} nodes; gpuvalues reads inventories of up to {MAX_NODES:,} nodes (Kubernetes supports "
+            "clusters of up to 5,000)")
 
 
 # -- nvidia-smi ------------------------------------------------------------------------------

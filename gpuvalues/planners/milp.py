@@ -13,7 +13,10 @@ each pool, instance type p and model m, an integer z[k,p,m] = instances of p ser
 Restricting to maximal layouts loses nothing: any layout is contained in a maximal one,
 and unused instances cost nothing. The model size depends on the number of layouts,
 profiles and models, not on the fleet size (bench/bench_planner.py: 16,384 GPUs < 1 s). HiGHS
-(highspy) solves it; we report the LP-relaxation bound, HiGHS's MIP dual bound and the gap.
+(highspy) solves it; we report the LP-relaxation bound, the MIP bound and the gap, certified
+(`certify`): the objective is recomputed from the solution returned, HiGHS's dual bound counts
+only when its report matches that solution, and a warm-started answer that does not check out
+is solved again cold (`run_highs`); "optimal" means the objective meets a bound that holds.
 
 Pools without MIG (or with MIG disabled) offer whole GPUs (instance type "gpu"); with
 `sharing="time-slicing"|"mps"` they offer R shared slots per GPU (type "shared"), R from
@@ -37,6 +40,8 @@ Public API (frozen dataclasses; all pure):
   max_unavailable_per_pool=None, time_limit=30.0)` -> `replan.Replan`: fewest GPUs, then
   fewest node reconfigurations against the current layout (`gpuvalues.planners.replan`).
   `prices` maps a GPU model (any alias) to a price per GPU; `NodePool.price_per_gpu` wins.
+- `certify(lp, solution, claimed=, dual_bound=, lp_bound=)` -> `Certificate` (objective, bound,
+  optimal, gap) or None; `run_highs` applies it to every MIP, the plan's and the re-plan's.
 - `Plan.to_dict()` (for JSON/YAML), `Plan.mig_parted_config`, `Plan.node_labels`,
   `Plan.device_plugin_configs`, `Plan.baselines`, `Plan.lp_bound`, `Plan.gap`.
 - `sharing_plan(demands, gpu, mode, gpus=..., replicas=None)` -> `Plan` for one non-MIG pool.
@@ -456,10 +461,39 @@ _BANNER_SHOWN = False
 
 
 def run_highs(lp: highspy.HighsLp, *, integer: bool, time_limit: float, rel_gap: float = 0.0,
-              abs_gap: float = 0.999, start=None):
+              abs_gap: float = 0.999, start=None, lp_bound: float | None = None):
     """Solve `lp` with HiGHS, quietly and deterministically (one thread, seed 0), within
-    `time_limit`, warm-started from `start` for a MIP: (status, info, solution or None).
-    Shared by the plan and the re-plan models."""
+    `time_limit`, warm-started from `start` for a MIP: (status, info, solution or None,
+    certificate). Shared by the plan and the re-plan models.
+
+    A MIP's answer is not trusted: `certify` checks it against the solution returned (with
+    `lp_bound`, the caller's LP relaxation value, as a bound that always holds). highspy 1.16
+    warm-started can claim "optimal" with an objective and bound below the solution it
+    returns; a warm-started answer that does not check out (within `rel_gap`) is solved
+    again cold in the time left, and the better solution and the higher bound are kept.
+    The certificate is None for an LP, or when no solution was found."""
+    t0 = time.perf_counter()
+    status, info, sol = _highs_once(lp, integer=integer, time_limit=time_limit, rel_gap=rel_gap,
+                                    abs_gap=abs_gap, start=start)
+    if not integer:
+        return status, info, sol, None
+    cert = certify(lp, sol, claimed=info.objective_function_value, dual_bound=info.mip_dual_bound,
+                   lp_bound=lp_bound)
+    left = time_limit - (time.perf_counter() - t0)
+    if start is not None and not (cert is not None and cert.accepted(rel_gap)) and left > 0:
+        st2, info2, sol2 = _highs_once(lp, integer=True, time_limit=left, rel_gap=rel_gap, abs_gap=abs_gap,
+                                       start=None)
+        cert2 = certify(lp, sol2, claimed=info2.objective_function_value, dual_bound=info2.mip_dual_bound,
+                        lp_bound=lp_bound)
+        if cert2 is not None and (cert is None or cert2.objective < cert.objective - 1e-9):
+            status, info, sol, cert = st2, info2, sol2, cert2.joined(cert)
+        elif cert is not None:
+            cert = cert.joined(cert2)
+    return status, info, sol, cert
+
+
+def _highs_once(lp: highspy.HighsLp, *, integer: bool, time_limit: float, rel_gap: float, abs_gap: float,
+                start):
     h = _new_highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)
@@ -478,6 +512,80 @@ def run_highs(lp: highspy.HighsLp, *, integer: bool, time_limit: float, rel_gap:
     status, info = h.getModelStatus(), h.getInfo()
     sol = np.array(h.getSolution().col_value) if info.primal_solution_status == 2 else None
     return status, info, sol
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """A MIP answer checked against the solution it came with (`certify`)."""
+
+    objective: float           # recomputed from the solution, rounded to integers
+    bound: float               # a lower bound that holds (ceiled when the objective is an integer)
+    claimed: float | None      # the objective HiGHS reported
+    trusted: bool              # HiGHS's report matched its solution, so its dual bound counts
+
+    @property
+    def optimal(self) -> bool:
+        """The objective meets a valid bound: a proven minimum."""
+        return self.objective <= self.bound + 1e-9
+
+    @property
+    def gap(self) -> float:
+        """(objective - bound) / objective, 0 when proven."""
+        return 0.0 if self.optimal or self.objective == 0 else max(0.0, (self.objective - self.bound) / abs(self.objective))
+
+    def accepted(self, rel_gap: float) -> bool:
+        """Proven, or within the relative gap the caller asked for."""
+        return self.optimal or (rel_gap > 0 and self.gap <= rel_gap)
+
+    def joined(self, other: "Certificate | None") -> "Certificate":
+        """This solution with the higher of both runs' bounds (both bound the same model)."""
+        if other is None or other.bound > self.objective + 1e-9:   # a bound above a solution is none
+            return self
+        return Certificate(self.objective, max(self.bound, other.bound), self.claimed, self.trusted)
+
+
+def certify(lp: highspy.HighsLp, sol, *, claimed: float | None = None, dual_bound: float | None = None,
+            lp_bound: float | None = None) -> Certificate | None:
+    """Check a MIP solution of `lp` and what the solver claims about it.
+
+    The solution is rounded to integers and checked against the columns' bounds and every
+    row (None if it breaks one: it is no solution); its objective is recomputed from those
+    integers. The bound is `lp_bound` (the LP relaxation, always valid) and HiGHS's MIP dual
+    bound only when HiGHS's reported objective equals the recomputed one (else its search ran
+    on a wrong incumbent and its bound is not evidence); for an integer objective (integer
+    costs and offset) its ceiling. A bound above the solution's own objective cannot be valid
+    and falls back to `lp_bound`."""
+    if sol is None:
+        return None
+    x = np.round(np.asarray(sol, dtype=float))
+    cost = np.asarray(lp.col_cost_, dtype=float)
+    tol = 1e-6
+    if np.any(x < np.asarray(lp.col_lower_) - tol) or np.any(x > np.asarray(lp.col_upper_) + tol):
+        return None
+    a = lp.a_matrix_
+    starts, index, value = np.asarray(a.start_), np.asarray(a.index_), np.asarray(a.value_)
+    n_rows = len(lp.row_lower_)
+    rows = np.repeat(np.arange(n_rows), np.diff(starts))
+    act = np.bincount(rows, weights=value * x[index], minlength=n_rows) if len(index) else np.zeros(n_rows)
+    lo, hi = np.asarray(lp.row_lower_, dtype=float), np.asarray(lp.row_upper_, dtype=float)
+    slack = tol * (1.0 + np.abs(act))
+    if np.any(act < lo - slack) or np.any(act > hi + slack):
+        return None
+    obj = float(cost @ x + lp.offset_)
+    integral = bool(np.all(cost == np.round(cost))) and float(lp.offset_).is_integer()
+    trusted = claimed is not None and abs(float(claimed) - obj) <= 1e-6 * max(1.0, abs(obj))
+
+    def valid(use_dual: bool) -> float:
+        bounds = [float(lp_bound)] if lp_bound is not None and math.isfinite(lp_bound) else []
+        if use_dual and dual_bound is not None and math.isfinite(dual_bound):
+            bounds.append(float(dual_bound))
+        b = max(bounds) if bounds else -math.inf
+        return float(math.ceil(b - 1e-6)) if integral and math.isfinite(b) else b
+
+    bound = valid(trusted)
+    if bound > obj + 1e-9:   # contradicts a solution in hand: not a bound
+        trusted, bound = False, valid(False)
+    return Certificate(obj, min(bound, obj), None if claimed is None else float(claimed), trusted)
 
 
 class Rows:
@@ -541,11 +649,12 @@ def _new_highs() -> highspy.Highs:
 def _solve(model: _Model, demands: Sequence[ModelDemand], costs: list[float], *, integer: bool,
            capacity: bool = True, time_limit: float = 30.0, abs_gap: float = 1e-6, rel_gap: float = 0.0,
            start: np.ndarray | None = None, relax: frozenset[int] = frozenset(),
-           residual: tuple | None = None):
-    """Solve the configuration ILP (or its LP relaxation). `start`: a feasible solution HiGHS
-    starts from (the rounded LP); `relax`: pools whose capacity row is dropped (diagnosis);
-    `residual`: (spare instances {(pool, itype): n}, need per model, GPUs left per pool) to solve
-    what is left after a fixed part of the plan (LP rounding)."""
+           residual: tuple | None = None, lp_bound: float | None = None):
+    """Solve the configuration ILP (or its LP relaxation): (status, info, solution, columns,
+    certificate; see `run_highs`). `start`: a feasible solution HiGHS starts from (the rounded
+    LP); `relax`: pools whose capacity row is dropped (diagnosis); `residual`: (spare instances
+    {(pool, itype): n}, need per model, GPUs left per pool) to solve what is left after a fixed
+    part of the plan (LP rounding); `lp_bound`: the LP relaxation's value, for the certificate."""
     spare_built, needs, caps = residual if residual is not None else ({}, None, None)
     cols: list[tuple] = []  # ("x", k, layout_index) | ("z", k, itype, m)
     for k, keys in enumerate(model.layouts):
@@ -577,13 +686,13 @@ def _solve(model: _Model, demands: Sequence[ModelDemand], costs: list[float], *,
         entries = [(col_index[("z", k, it, mm)], w) for (k, it, mm), w in model.weights.items() if mm == m]
         add_row(entries, _need(d) if needs is None else needs[m], inf)
     lp = rows.lp(cost, np.zeros(n), np.full(n, inf), integer=integer)
-    status, info, sol = run_highs(lp, integer=integer, time_limit=time_limit, rel_gap=rel_gap,
-                                  abs_gap=abs_gap, start=start)
-    return status, info, sol, cols
+    status, info, sol, cert = run_highs(lp, integer=integer, time_limit=time_limit, rel_gap=rel_gap,
+                                        abs_gap=abs_gap, start=start, lp_bound=lp_bound)
+    return status, info, sol, cols, cert
 
 
 def _lp_bound(model, demands, costs, capacity=True):
-    status, info, sol, _ = _solve(model, demands, costs, integer=False, capacity=capacity)
+    status, info, sol, _, _ = _solve(model, demands, costs, integer=False, capacity=capacity)
     if status != highspy.HighsModelStatus.kOptimal:
         return None
     return float(info.objective_function_value)
@@ -623,7 +732,7 @@ def _capacity_diagnosis(model: _Model, demands: Sequence[ModelDemand]) -> PlanEr
     3. integrality: the LP fits, but whole instances per GPU do not.
     Each message states numbers that agree with its claim (never "need 28, hold 28")."""
     pools, n = model.pools, len(model.pools)
-    status, _, sol, cols = _solve(model, demands, [1.0] * n, integer=False)
+    status, _, sol, cols, _ = _solve(model, demands, [1.0] * n, integer=False)
     if status != highspy.HighsModelStatus.kOptimal:
         need = _lp_bound(model, demands, [1.0] * n, capacity=False)
         have = sum(p.capacity for p in pools)
@@ -635,7 +744,7 @@ def _capacity_diagnosis(model: _Model, demands: Sequence[ModelDemand]) -> PlanEr
         for k in range(n):
             # fewest GPUs of pool k with the others full: > its capacity means k's capacity binds
             only_k = [1.0 if j == k else 0.0 for j in range(n)]
-            st, info, _, _ = _solve(model, demands, only_k, integer=False, relax=frozenset({k}))
+            st, info, _, _, _ = _solve(model, demands, only_k, integer=False, relax=frozenset({k}))
             if st == highspy.HighsModelStatus.kOptimal:
                 short.append((k, math.ceil(float(info.objective_function_value) - 1e-6)))
         if short:
@@ -763,9 +872,9 @@ def _round_residual(model: _Model, demands: Sequence[ModelDemand], costs: list[f
     if capacity and min(caps) < 0:
         return None
     integral = all(float(c).is_integer() for c in costs)
-    status, _, sol, _ = _solve(model, demands, costs, integer=True, capacity=capacity, time_limit=time_limit,
-                               abs_gap=0.999 if integral else 1e-6, residual=(spare, needs, caps))
-    if sol is None or status not in (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kTimeLimit):
+    _, _, sol, _, cert = _solve(model, demands, costs, integer=True, capacity=capacity, time_limit=time_limit,
+                                abs_gap=0.999 if integral else 1e-6, residual=(spare, needs, caps))
+    if cert is None:   # no solution, or one that breaks a row
         return None
     return val + np.round(sol)
 
@@ -784,8 +893,13 @@ def _run(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capac
     t0 = time.perf_counter()
     # the LP relaxation runs to the end whatever the limit (milliseconds even at 262,144 GPUs):
     # the rounding, the plan's floor, needs it
-    lp_status, lp_info, lp_sol, cols = _solve(model, demands, costs, integer=False, capacity=capacity,
-                                              time_limit=max(time_limit, 30.0))
+    lp_status, lp_info, lp_sol, cols, _ = _solve(model, demands, costs, integer=False, capacity=capacity,
+                                                 time_limit=max(time_limit, 30.0))
+    if lp_status == highspy.HighsModelStatus.kModelEmpty:   # no column: every need is 0, nothing to place
+        status = highspy.HighsModelStatus.kOptimal
+        extra = {"objective": 0.0, "bound": 0.0, "rounded": 0.0, "optimal": True, "rejected": None}
+        return model, (status, None, np.zeros(0), cols, time.perf_counter() - t0, 0.0 if with_bounds else None,
+                       extra)
     if lp_status != highspy.HighsModelStatus.kOptimal or lp_sol is None:
         return model, None
     lp = float(lp_info.objective_function_value)
@@ -799,31 +913,38 @@ def _run(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capac
         if better is not None and float(cost_vec @ better) < r_obj:
             rounded, r_obj = better, float(cost_vec @ better)
     left = time_limit - (time.perf_counter() - t0)
-    status, info, sol = highspy.HighsModelStatus.kTimeLimit, None, None
+    status, info, sol, cert = highspy.HighsModelStatus.kTimeLimit, None, None, None
+    lp_cert = lp_ceil if integral else lp     # the LP relaxation's bound (ceiled for integer costs)
     # A rounding that already meets the LP bound is optimal: the MIP then runs without it, so
     # the plan keeps the solver's layouts rather than the LP vertex's (the rounding stays the
     # fallback); otherwise it is the MIP's warm start.
     proven = rounded is not None and lp_ceil >= r_obj - 1e-9
     if proven and not solver_layouts:   # the caller only needs an optimal solution: done
         status, info, sol = highspy.HighsModelStatus.kOptimal, None, rounded
-        extra = {"objective": r_obj, "bound": max(lp, lp_ceil), "rounded": r_obj}
+        extra = {"objective": r_obj, "bound": r_obj, "rounded": r_obj, "optimal": True, "rejected": None}
         return model, (status, info, sol, cols, time.perf_counter() - t0, lp if with_bounds else None, extra)
     if left > 0:
-        status, info, sol, cols = _solve(model, demands, costs, integer=True, time_limit=left,
-                                         abs_gap=0.999 if integral else 1e-6, rel_gap=rel_gap,
-                                         start=None if proven else rounded, capacity=capacity)
+        status, info, sol, cols, cert = _solve(model, demands, costs, integer=True, time_limit=left,
+                                               abs_gap=0.999 if integral else 1e-6, rel_gap=rel_gap,
+                                               start=None if proven else rounded, capacity=capacity, lp_bound=lp)
     secs = time.perf_counter() - t0
-    solved = sol is not None and status in (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kTimeLimit)
-    obj = float(info.objective_function_value) if solved else math.inf
-    bound = float(info.mip_dual_bound) if solved else lp
-    if not solved and rounded is None:
+    if cert is None and rounded is None:
         if status == highspy.HighsModelStatus.kTimeLimit:   # not proven infeasible: out of time
             raise PlanError(f"no plan found within the time limit ({time_limit:g} s): raise it", field="time_limit")
+        if status == highspy.HighsModelStatus.kOptimal:     # a claimed solution that breaks a row
+            raise PlanError("the solver's only solution breaks the model's constraints; nothing is proven "
+                            "(raise the time limit)", field="time_limit")
         return model, None
+    # the objective and bound are what certify recomputed, never the solver's report
+    obj, bound = (cert.objective, cert.bound) if cert is not None else (math.inf, lp_cert)
     if r_obj < obj - 1e-9:   # the rounding beats the MIP's incumbent (time limit hit early)
         sol, obj, status = rounded, r_obj, highspy.HighsModelStatus.kTimeLimit
-    bound = max(bound, lp)
-    extra = {"objective": obj, "bound": bound, "rounded": r_obj}
+    bound = min(max(bound, lp_cert), obj)
+    # HiGHS said optimal but its answer did not check out (even solved again cold)
+    rejected = (float(info.objective_function_value) if info is not None and cert is not None and not cert.trusted
+                and status == highspy.HighsModelStatus.kOptimal else None)
+    extra = {"objective": obj, "bound": bound, "rounded": r_obj, "optimal": obj <= bound + 1e-9,
+             "rejected": rejected}
     return model, (status, info, sol, cols, secs, lp if with_bounds else None, extra)
 
 
@@ -1005,20 +1126,20 @@ def plan(demands: Sequence[ModelDemand], pools: Sequence[NodePool], *, objective
     status, info, sol, cols, secs, lp, extra = res
     x, z = _values(sol, cols)
     z = _trim(z, model, demands)
-    obj, bound = extra["objective"], extra["bound"]
-    optimal = status == highspy.HighsModelStatus.kOptimal and gap_tolerance == 0
-    if optimal and all(float(c).is_integer() for c in costs):
-        # integral objective: HiGHS stopped with obj - bound <= 0.999 (mip_abs_gap), and the
-        # ceiling of a lower bound on an integer objective is still a lower bound
-        bound = float(math.ceil(bound - 1e-6))
-    gap = 0.0 if obj == 0 else max(0.0, (obj - bound) / abs(obj))
+    # certified (`certify`): the objective recomputed from the solution, a bound that holds
+    obj, bound, optimal = extra["objective"], extra["bound"], extra["optimal"]
+    gap = 0.0 if optimal or obj == 0 else max(0.0, (obj - bound) / abs(obj))
     pool_plans, node_configs, labels, dp_configs = _pool_plans(model, demands, x, z)
     served = {}
     for m, d in enumerate(demands):
         served[d.name] = float(sum(v * model.weights[(k, it, mm)] for (k, it, mm), v in z.items() if mm == m))
     mp_cfg = migparted.build_mig_parted_config(node_configs) if node_configs else None
     warnings = _warnings(model, demands)
-    if not optimal and gap_tolerance == 0:
+    if not optimal and extra["rejected"] is not None:
+        warnings.append(f"the solver claimed an optimum of {extra['rejected']:g} that its own solution does not "
+                        f"meet, also when solved again without a warm start: the plan is valid (objective "
+                        f"{obj:g}) but not proven optimal; gap {gap:.2%} to the bound {bound:g}")
+    elif not optimal and gap_tolerance == 0:
         warnings.append(f"solver stopped at the time limit ({time_limit:g} s): gap {gap:.2%}; the plan is valid "
                         "but may not be optimal")
     base = tuple(_baselines(demands, pools, costs, deadline)) if baselines else ()
@@ -1042,8 +1163,10 @@ def _baselines(demands, pools, costs, deadline: float | None = None) -> list[Bas
     without pool capacities so it still reports how many GPUs it would take. All share what is
     left of the plan's time limit (`deadline`, perf_counter seconds)."""
     out = []
-    # a baseline is another layout strategy: the fleet's pinned profiles do not bind it
-    demands = [ModelDemand(d.name, d.replicas, d.throughput, d.throughput_per_instance, d.memory_gb,
+    # a baseline is another layout strategy: the fleet's pinned profiles do not bind it, but the
+    # memory they hold does (the plan's memory rule: the fleet pins the smallest profile that
+    # holds the need with its headroom, so no smaller instance may serve it in a baseline either)
+    demands = [ModelDemand(d.name, d.replicas, d.throughput, d.throughput_per_instance, _pinned_memory_gb(d, pools),
                            d.excluded_profiles, None, d.pools) for d in demands]
     for name, rule, note in BASELINES:
         left = 30.0 if deadline is None else deadline - time.perf_counter()
@@ -1071,20 +1194,39 @@ def _baselines(demands, pools, costs, deadline: float | None = None) -> list[Bas
             why = _diagnose(model, dem if rule == "whole" else demands, costs).message
             out.append(Baseline(name, None, None, f"{note}; not possible: {why}"))
             continue
-        status, info, sol, cols, secs, _, _ = res
+        status, info, sol, cols, secs, _, extra = res
         x, _ = _values(sol, cols)
         gpus = sum(x.values())
-        if status != highspy.HighsModelStatus.kOptimal:
-            note += "; stopped at the time limit (best found)"
+        if not extra["optimal"]:
+            note += ("; not proven minimal: the solver's claim did not check out (best found)"
+                     if extra["rejected"] is not None else "; stopped at the time limit (best found)")
         cost = sum(costs[k] * v for (k, _), v in x.items())
         out.append(Baseline(name, gpus, float(cost), note))
     return out
 
 
+def _pinned_memory_gb(d: ModelDemand, pools: Sequence[NodePool]) -> float | None:
+    """A demand's memory need as the plan applies it: its own `memory_gb`, raised to the usable
+    memory of the smallest profile it is pinned to (`allowed_profiles`) on the pools it may use."""
+    if d.allowed_profiles is None:
+        return d.memory_gb
+    held = []
+    for p in pools:
+        if d.pools is not None and p.name not in d.pools:
+            continue
+        gpu = get_gpu(p.gpu)
+        for name in d.allowed_profiles:
+            if gpu.mig is not None and name in gpu.profile_names:
+                held.append(gpu.profile(name).memory_gib)
+    if not held:
+        return d.memory_gb
+    return max(d.memory_gb or 0.0, min(held) / GIB_PER_GB)
+
+
 def _whole_demand(d: ModelDemand, pools: Sequence[NodePool]) -> ModelDemand:
     if d.throughput is None:
         return d
-    tpi = dict(d.throughput_per_instance)
+    tpi = dict(d.throughput_per_instance)   # the demand keeps its pools: a baseline moves no model
     for p in pools:
         gpu = get_gpu(p.gpu)
         full = gpu.full_profile
@@ -1096,7 +1238,7 @@ def _whole_demand(d: ModelDemand, pools: Sequence[NodePool]) -> ModelDemand:
             if t is not None:
                 tpi[f"{gpu.name}/{WHOLE}"] = t
     return ModelDemand(d.name, d.replicas, d.throughput, tpi, d.memory_gb,
-                       tuple(x for x in d.excluded_profiles if x != WHOLE), None)
+                       tuple(x for x in d.excluded_profiles if x != WHOLE), None, d.pools)
 
 
 def sharing_plan(demands: Sequence[ModelDemand], gpu: str, mode: str, *, gpus: int, gpus_per_node: int = 8,

@@ -15,9 +15,12 @@ current layout added, node by node:
 
 Lexicographic: first the fewest GPUs (sum x + y; identical to `plan`'s optimum when no
 budget binds, since a changed node can take any layout), then, with GPUs <= that optimum +
-`gpu_slack`, the fewest changed nodes. Both LP relaxations are reported as bounds. Nodes a
-pool has but the current layout does not list are unconfigured: configuring one is a change
-(it gets a label), but it displaces no pods.
+`gpu_slack`, the fewest changed nodes. Both LP relaxations are reported as bounds, and
+both objectives are certified (`milp.certify`: recomputed from the solution returned, proven
+only against a bound that holds; else the true gap is reported and said). Nodes a pool has
+but the current layout does not list are unconfigured: configuring one is a change (it gets
+a label), but it displaces no pods; they are counted per pool and config
+(`Replan.unlisted_changes`), never given names that `rollout` would act on.
 
 Public API (frozen dataclasses, pure):
 - `CurrentNode(name, pool, config, gpus, pods=None)`: `gpus[i]` is GPU i's mig-devices
@@ -46,6 +49,11 @@ from gpuvalues.planners import deviceplugin, mig, migparted
 from gpuvalues.planners import milp
 
 
+# the budgets in the CLI's words (errors name what the user typed, not the parameter)
+FLAGS = {"gpu_slack": "--gpu-slack", "max_node_changes": "--max-node-changes",
+         "max_unavailable_per_pool": "--max-unavailable-per-pool"}
+
+
 @dataclass(frozen=True)
 class CurrentNode:
     """One node as it runs now: its pool, its `nvidia.com/mig.config` and per-GPU mig-devices."""
@@ -55,6 +63,7 @@ class CurrentNode:
     config: str | None
     gpus: tuple[Mapping[str, int] | None, ...]
     pods: int | None = None
+    pinned: bool = False   # whole-GPU / tensor-parallel replicas run there: kept as it is
 
     @property
     def signature(self) -> tuple:
@@ -86,23 +95,35 @@ class Replan:
     node_configs: Mapping[str, str | None]   # None: an unlisted node left unconfigured
     previous_configs: Mapping[str, str | None]
     changes_by_pool: Mapping[str, int]
-    optimal: bool
+    optimal: bool                  # both minima proven: each objective meets its certified bound
     solve_seconds: float
     warnings: tuple[str, ...] = ()
+    gpus_bound: float = 0.0        # certified lower bound on GPUs (`milp.certify`)
+    changes_bound: float = 0.0     # certified lower bound on node changes with GPUs <= found + slack
+    # nodes of a pool the current layout does not list that need a config: pool -> config -> count
+    unlisted_changes: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+    @property
+    def changes_count(self) -> int:
+        """Nodes changed: the named ones and the unlisted ones that need a config."""
+        return len(self.nodes_changed) + sum(sum(c.values()) for c in self.unlisted_changes.values())
 
     def to_dict(self) -> dict:
         """Plain data for JSON/YAML output."""
         return {
             "gpus_used": self.gpus_used, "gpus_optimum": self.gpus_optimum,
             "gpus_lp_bound": round(self.gpus_lp_bound, 3),
-            "nodes_changed": len(self.nodes_changed), "nodes_drained": len(self.nodes_drained),
+            "nodes_changed": self.changes_count, "nodes_drained": len(self.nodes_drained),
             "changes_lp_bound": round(self.changes_lp_bound, 3),
+            "gpus_bound": self.gpus_bound, "changes_bound": self.changes_bound,
             "pods_displaced": self.pods_displaced, "pods_estimated": self.pods_estimated,
             "optimal": self.optimal, "solve_seconds": round(self.solve_seconds, 4),
             "changes_by_pool": dict(self.changes_by_pool),
             "changes": [{"node": n, "from": self.previous_configs.get(n), "to": self.node_configs[n]}
                         for n in self.nodes_changed],
             "node_configs": dict(sorted(self.node_configs.items())),
+            "unlisted_changes": [{"pool": p, "nodes": n, "to": c} for p, cs in sorted(self.unlisted_changes.items())
+                                 for c, n in sorted(cs.items())],
             "warnings": list(self.warnings),
             "plan": self.plan.to_dict(),
         }
@@ -116,6 +137,7 @@ class _Group:
     nodes: list[CurrentNode]
     keys: Counter          # per-GPU usable layout key -> GPUs per node
     listed: bool = True
+    pinned: bool = False   # never changed (its nodes carry whole-GPU / tensor-parallel replicas)
 
 
 def _usable_key(devices: Mapping[str, int] | None, mode: str, names: set[str], r: int | None) -> tuple | None:
@@ -143,7 +165,8 @@ def _groups(model, current: CurrentLayout) -> list[list[_Group]]:
             raise PlanError(f"current layout: node {node.name!r} lists {len(node.gpus)} GPUs but pool "
                             f"{node.pool!r} has {pools[k].gpus_per_node} per node", source=current.source,
                             field=f"nodes.{node.name}")
-        g = by_pool[k].setdefault((node.signature, node.config), _Group(k, node.signature, node.config, [], Counter()))
+        g = by_pool[k].setdefault((node.signature, node.config, node.pinned),
+                                  _Group(k, node.signature, node.config, [], Counter(), pinned=node.pinned))
         g.nodes.append(node)
     out = []
     for k, pool in enumerate(pools):
@@ -151,10 +174,10 @@ def _groups(model, current: CurrentLayout) -> list[list[_Group]]:
         groups = list(by_pool[k].values())
         listed = sum(len(g.nodes) for g in groups)
         if listed > pool.nodes:
-            raise PlanError(f"current layout lists {listed} nodes in pool {pool.name!r}, which has {pool.nodes}",
-                            source=current.source, field=f"pools.{pool.name}.nodes")
-        if listed < pool.nodes:   # the pool's other nodes have no config yet
-            placeholder = [CurrentNode(f"{pool.name}-unlisted-{i + 1}", pool.name, None,
+            raise PlanError(f"current layout lists {listed} nodes in pool {pool.name!r}, which has {pool.nodes} "
+                            "for MIG", source=current.source, field="nodes")
+        if listed < pool.nodes:   # the pool's other nodes have no config yet: counted, never named
+            placeholder = [CurrentNode(f"<unlisted {pool.name} {i + 1}>", pool.name, None,
                                        (None,) * pool.gpus_per_node, 0) for i in range(pool.nodes - listed)]
             groups.append(_Group(k, (None,) * pool.gpus_per_node, None, placeholder, Counter(), listed=False))
         for g in groups:
@@ -168,9 +191,12 @@ def _groups(model, current: CurrentLayout) -> list[list[_Group]]:
 
 def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node_changes, max_unavailable,
           integer: bool, time_limit: float, start: np.ndarray | None = None,
-          fix_keep: Mapping[tuple[int, int], int] | None = None, feasibility: bool = False):
+          fix_keep: Mapping[tuple[int, int], int] | None = None, feasibility: bool = False,
+          lp_bound: float | None = None):
     """Build and solve one stage; returns (status, objective, solution, columns, current keys,
-    bound). `start`: a warm start; `fix_keep`: pin keep[k,g]; `feasibility`: any solution."""
+    certificate). The objective is the LP's value for an LP, else the certificate's (recomputed
+    from the solution; `milp.certify`, with `lp_bound` as a bound that holds). `start`: a warm
+    start; `fix_keep`: pin keep[k,g]; `feasibility`: any solution."""
     cols: list[tuple] = []
     cur_keys: list[list[tuple]] = []
     for k, keys in enumerate(model.layouts):
@@ -191,6 +217,8 @@ def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node
     for c, i in col.items():
         if c[0] == "keep":
             upper[i] = len(groups[c[1]][c[2]].nodes)
+            if groups[c[1]][c[2]].pinned:
+                lower[i] = upper[i]
             if fix_keep is not None and (c[1], c[2]) in fix_keep:
                 lower[i] = upper[i] = fix_keep[(c[1], c[2])]
     rows = milp.Rows()
@@ -241,10 +269,15 @@ def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node
         offset = 0.0
     lp = rows.lp(cost, lower, upper, integer=integer, offset=offset)
     # both objectives are integers: an absolute gap under 1 proves the optimum
-    status, info, sol = milp.run_highs(lp, integer=integer, time_limit=time_limit, rel_gap=0.0,
-                                       abs_gap=0.999, start=start)
-    bound = float(info.mip_dual_bound) if integer else float(info.objective_function_value)
-    return status, float(info.objective_function_value), sol, cols, cur_keys, bound
+    status, info, sol, cert = milp.run_highs(lp, integer=integer, time_limit=time_limit, rel_gap=0.0,
+                                             abs_gap=0.999, start=start, lp_bound=None if feasibility else lp_bound)
+    if integer:
+        if cert is None:
+            sol = None   # no solution, or one that breaks a row
+        value = cert.objective if cert is not None else math.inf
+    else:
+        value = float(info.objective_function_value)
+    return status, value, sol, cols, cur_keys, cert
 
 
 def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.NodePool], current: CurrentLayout, *,
@@ -256,7 +289,7 @@ def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.NodePool], 
     for name, v in (("gpu_slack", gpu_slack), ("max_node_changes", max_node_changes),
                     ("max_unavailable_per_pool", max_unavailable_per_pool)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-            raise PlanError(f"{name} must be a non-negative integer, got {v!r}", field=name)
+            raise PlanError(f"{FLAGS[name]} must be a non-negative integer, got {v!r}", field=FLAGS[name])
     if not time_limit > 0:
         raise PlanError(f"time limit must be > 0 seconds, got {time_limit!r}", field="time_limit")
     t0 = time.perf_counter()
@@ -274,7 +307,7 @@ def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.NodePool], 
         raise _budget_error(model, demands, groups, max_node_changes, max_unavailable_per_pool)
     left = lambda: time_limit - (time.perf_counter() - t0)  # noqa: E731
     st1 = sol1 = None
-    if max_node_changes is None and max_unavailable_per_pool is None:
+    if max_node_changes is None and max_unavailable_per_pool is None and not any(g.pinned for gs in groups for g in gs):
         # no budget: any node may change, so the fewest GPUs is `plan`'s optimum (LP rounding,
         # warm start); its solution, with every node changed, is a stage-1 solution too
         _, res = milp._run(demands, pools, [1.0] * len(pools), "optimal", left(), solver_layouts=False)
@@ -282,27 +315,30 @@ def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.NodePool], 
             status, _, psol, pcols, _, _, extra = res
             pidx = {c: i for i, c in enumerate(pcols)}
             sol1 = np.array([psol[pidx[c]] if c in pidx else 0.0 for c in cols1])
-            g1, st1, cols, cur_keys = extra["objective"], status, cols1, keys1
+            g1, b1, proven1, cols, cur_keys = extra["objective"], extra["bound"], extra["optimal"], cols1, keys1
     if sol1 is None:
-        st1, g1, sol1, cols, cur_keys, b1 = _milp(model, demands, groups, stage=1, gpu_cap=None, integer=True,
-                                                  time_limit=left(), **budgets)
+        st1, g1, sol1, cols, cur_keys, cert1 = _milp(model, demands, groups, stage=1, gpu_cap=None, integer=True,
+                                                     time_limit=left(), lp_bound=lp1, **budgets)
+        if cert1 is not None:
+            b1, proven1 = cert1.bound, cert1.optimal
     if sol1 is None:
-        if st1 == highspy.HighsModelStatus.kTimeLimit:
+        if st1 in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kOptimal):
             raise PlanError(f"no re-plan found within the time limit ({time_limit:g} s): raise it", field="time_limit")
         raise _budget_error(model, demands, groups, max_node_changes, max_unavailable_per_pool)
+    # the fewest GPUs found (recomputed from its solution, so the cap below admits that solution)
     gpus_opt = int(round(g1))
     cap = gpus_opt + gpu_slack
-    _, lp2, lp2_sol, cols, _, _ = _milp(model, demands, groups, stage=2, gpu_cap=cap, integer=False,
-                                        time_limit=max(left(), 1e-3), **budgets)
+    st_lp2, lp2, lp2_sol, cols, _, _ = _milp(model, demands, groups, stage=2, gpu_cap=cap, integer=False,
+                                             time_limit=max(left(), 1e-3), **budgets)
+    if st_lp2 != highspy.HighsModelStatus.kOptimal:
+        lp2, lp2_sol = 0.0, None
     start = _stage2_start(model, demands, groups, lp2_sol, cols, cap, budgets, left) if lp2_sol is not None else None
-    st2, c2, sol2, cols, cur_keys, b2 = _milp(model, demands, groups, stage=2, gpu_cap=cap, integer=True,
-                                              time_limit=max(left(), 1e-3), start=start, **budgets)
-    optimal = st1 == highspy.HighsModelStatus.kOptimal and st2 == highspy.HighsModelStatus.kOptimal
+    _, _, sol2, cols, cur_keys, cert2 = _milp(model, demands, groups, stage=2, gpu_cap=cap, integer=True,
+                                              time_limit=max(left(), 1e-3), start=start, lp_bound=lp2, **budgets)
     sol = sol2 if sol2 is not None else sol1
-    warnings = [] if optimal else [f"solver stopped at the time limit ({time_limit:g} s); the re-plan is valid but "
-                                   "may not be minimal"]
-    return _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, optimal,
-                   time.perf_counter() - t0, warnings)
+    b2 = cert2.bound if cert2 is not None else float(math.ceil(lp2 - 1e-6))
+    return _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, (b1, proven1), b2,
+                   time.perf_counter() - t0, left() <= 0, time_limit)
 
 
 def _stage2_start(model, demands, groups, lp_sol, cols, cap, budgets, left) -> np.ndarray | None:
@@ -328,19 +364,24 @@ def _budget_error(model, demands, groups, max_node_changes, max_unavailable) -> 
     if free != highspy.HighsModelStatus.kOptimal:
         return milp._diagnose(model, demands, [1.0] * len(model.pools))
     # the fewest changes with no GPU objective: what the budget would have to allow
-    st, need, _, _, _, _ = _milp(model, demands, groups, stage=2, gpu_cap=highspy.kHighsInf, integer=True,
-                                 time_limit=30.0, max_node_changes=None, max_unavailable=None)
-    need_txt = f"at least {int(round(need))} node changes" if st == highspy.HighsModelStatus.kOptimal else "more changes"
+    _, lp_need, _, _, _, _ = _milp(model, demands, groups, stage=2, gpu_cap=highspy.kHighsInf, integer=False,
+                                   time_limit=30.0, max_node_changes=None, max_unavailable=None)
+    _, _, _, _, _, cert = _milp(model, demands, groups, stage=2, gpu_cap=highspy.kHighsInf, integer=True,
+                                time_limit=30.0, max_node_changes=None, max_unavailable=None, lp_bound=lp_need)
+    # a certified bound, never the solver's word: "at least" is what the bound proves
+    need_txt = f"at least {int(cert.bound)} node changes" if cert is not None and cert.bound > 0 else "more changes"
     names = []
     if max_node_changes is not None:
         names.append(f"--max-node-changes {max_node_changes}")
     if max_unavailable is not None:
         names.append(f"--max-unavailable-per-pool {max_unavailable}")
     return PlanError(f"no re-plan fits the drain budget ({', '.join(names)}): serving the new demand needs "
-                     f"{need_txt} in total. Raise the budget or lower replicas/throughput", field="max_node_changes")
+                     f"{need_txt} in total. Raise the budget or lower replicas/throughput",
+                     field=FLAGS["max_node_changes" if max_node_changes is not None else "max_unavailable_per_pool"])
 
 
-def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, optimal, secs, warnings) -> Replan:
+def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpus_cert, changes_bound, secs,
+            timed_out, time_limit) -> Replan:
     val = {c: int(round(v)) for c, v in zip(cols, sol) if round(v) > 0}
     x = {(c[1], c[2]): v for c, v in val.items() if c[0] == "x"}
     z = {(c[1], c[2], c[3]): v for c, v in val.items() if c[0] == "z"}
@@ -349,6 +390,7 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, opt
     dp_configs: dict[str, dict] = {}
     pods, estimated = 0, False
     by_pool: dict[str, int] = {}
+    unlisted: dict[str, Counter] = {}   # pool -> new config -> unlisted nodes that need it
     used_names = {g.config for gs in groups for g in gs if g.config}
     for k, pool in enumerate(model.pools):
         gpu = get_gpu(pool.gpu)
@@ -393,7 +435,9 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, opt
         chunks += [(None,) * pool.gpus_per_node] * (len(changing) - len(chunks))
         sig_names = {g.signature: g.config for g in groups[k] if g.config and g.listed}
         for (nd, g) in kept_nodes:
-            # an unlisted node left alone stays unconfigured (None); whole/shared pools need no MIG config
+            if not g.listed:   # an unlisted node left alone: nothing to say about it
+                continue
+            # whole/shared pools need no MIG config
             name = g.config or (pool.name if mode != "mig" else None)
             node_configs[nd.name] = name
             prev[nd.name] = nd.config
@@ -413,6 +457,10 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, opt
                 used_names.add(name)
                 sig_names[sig] = name
             node_cfg[name] = mig_devs
+            if not g.listed:   # counted per pool and config; only the user can name these nodes
+                unlisted.setdefault(pool.name, Counter())[name] += 1
+                by_pool[pool.name] = by_pool.get(pool.name, 0) + 1
+                continue
             node_configs[nd.name] = name
             prev[nd.name] = nd.config
             if name != nd.config or sig != nd.signature:
@@ -427,7 +475,9 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, opt
                     pods += nd.pods
         # node groups for the plan
         ncount = Counter((node_configs[nd.name],) for nd, _ in kept_nodes + changing
-                         if node_configs[nd.name] is not None)
+                         if node_configs.get(nd.name) is not None)
+        for name, n in unlisted.get(pool.name, {}).items():
+            ncount[(name,)] += n
         ngroups = tuple(milp.NodeGroup(pool.name, name, cnt, tuple(
             None if d is None else tuple(sorted(d.items())) for d in node_cfg.get(name, [None] * pool.gpus_per_node)))
             for (name,), cnt in sorted(ncount.items()))
@@ -443,20 +493,42 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, opt
                 if i.model is None:
                     spare[i.profile] += n
         n_gpus = sum(counted.values())
-        pool_plans.append(milp.PoolPlan(pool, mode, n_gpus, sum(1 for nd, _ in kept_nodes + changing
-                                                                 if node_configs[nd.name] is not None),
+        pool_plans.append(milp.PoolPlan(pool, mode, n_gpus, sum(ncount.values()),
                                         gpu_groups, ngroups, dict(spare), 0, model.shared_r[k]))
     served = {d.name: float(sum(v * model.weights[(k, it, mm)] for (k, it, mm), v in z.items() if mm == m))
               for m, d in enumerate(demands)}
     mig_cfg = {n: d for n, d in node_cfg.items() if any(dd is not None for dd in d)} or None
     mp = migparted.build_mig_parted_config(mig_cfg) if mig_cfg else None
     gpus_used = sum(p.gpus_used for p in pool_plans)
+    # both objectives certified on what is returned: the GPUs (stage 1's solution, recomputed)
+    # against their bound, and the nodes this result changes against the changes' bound
+    gpus_bound, gpus_proven = gpus_cert
+    n_changes = len(changed) + sum(sum(c.values()) for c in unlisted.values())
+    changes_proven = n_changes <= changes_bound + 1e-9
+    optimal = gpus_proven and changes_proven
+    warnings = []
+    why = f"the solver stopped at the time limit ({time_limit:g} s)" if timed_out else \
+        "the solver's claim did not check out against its solution, also solved again cold"
+    if not gpus_proven:
+        warnings.append(f"fewest GPUs not proven: {gpus_opt} found, bound {gpus_bound:g} "
+                        f"(gap {(gpus_opt - gpus_bound) / max(gpus_opt, 1):.2%}): {why}; the re-plan is valid")
+    if not changes_proven:
+        warnings.append(f"fewest node changes not proven: {n_changes} changed, bound {changes_bound:g}: {why}; "
+                        "the re-plan is valid")
+    for pool_name, cfgs in sorted(unlisted.items()):
+        for name, n in sorted(cfgs.items()):
+            warnings.append(f"pool {pool_name}: {n} node(s) the current layout does not list must get config "
+                            f"{name}: label them {migparted.MIG_CONFIG_LABEL}={name}, or list them in the current "
+                            "layout (rollout changes only the nodes it names)")
+    gap = 0.0 if gpus_proven or gpus_used == 0 else max(0.0, (gpus_used - gpus_bound) / gpus_used)
     new_plan = milp.Plan(objective="gpus", pools=tuple(pool_plans), gpus_used=gpus_used, cost=float(gpus_used),
-                         lp_bound=lp1, mip_bound=float(gpus_opt), gap=0.0 if optimal else float("nan"),
+                         lp_bound=lp1, mip_bound=float(gpus_bound), gap=gap,
                          optimal=optimal, solve_seconds=secs, served=served, baselines=(),
                          warnings=tuple(warnings + milp._warnings(model, demands)), mig_parted_config=mp,
                          node_labels=labels, device_plugin_configs=dp_configs)
     return Replan(plan=new_plan, gpus_used=gpus_used, gpus_optimum=gpus_opt, gpus_lp_bound=lp1,
                   nodes_changed=tuple(sorted(changed)), nodes_drained=tuple(sorted(drained)), changes_lp_bound=lp2, pods_displaced=pods,
                   pods_estimated=estimated, node_configs=node_configs, previous_configs=prev,
-                  changes_by_pool=by_pool, optimal=optimal, solve_seconds=secs, warnings=tuple(warnings))
+                  changes_by_pool=by_pool, optimal=optimal, solve_seconds=secs, warnings=tuple(warnings),
+                  gpus_bound=float(gpus_bound), changes_bound=float(changes_bound),
+                  unlisted_changes={p: dict(c) for p, c in unlisted.items()})

@@ -111,9 +111,13 @@ class Topology:
 
     # -- links ------------------------------------------------------------------
     def _pos(self, gpu: int) -> int:
+        index = self.__dict__.get("_index")
+        if index is None:      # built once: gpus.index made every link lookup O(GPUs)
+            index = {g: i for i, g in enumerate(self.gpus)}
+            object.__setattr__(self, "_index", index)
         try:
-            return self.gpus.index(gpu)
-        except ValueError:
+            return index[gpu]
+        except (KeyError, TypeError):
             raise GpuValuesError(f"topology: no GPU{gpu} (GPUs: {list(self.gpus)})") from None
 
     def link(self, a: int, b: int) -> str:
@@ -236,12 +240,42 @@ class Topology:
         `required` must all be in the result. Returns `()` when impossible, as the
         plugin does. See the module docstring for the scoring and NVSwitch behaviour.
         """
+        return self.best_gpu_choice(n, available, required, count_nvswitch_links=count_nvswitch_links)[0]
+
+    def best_gpu_choice(self, n: int, available: Iterable[int] | None = None, required: Iterable[int] = (),
+                        *, count_nvswitch_links: bool = False) -> tuple[tuple[int, ...], bool, int]:
+        """`best_gpu_set`'s answer, whether it is exactly upstream's (False past
+        MAX_SEARCH_STATES: the greedy set), and an upper bound on any set's score (the
+        score itself when exact) -- what `topo --best` states beside a greedy answer."""
         avail = sorted(self.gpus if available is None else set(available))
-        for g in avail:
-            self._pos(g)
-        scores = {(a, b): self.pair_score(a, b, count_nvswitch_links=count_nvswitch_links)
-                  for a in avail for b in avail}
-        return allocate_best_effort(lambda a, b: scores[(a, b)], avail, tuple(required), n)
+        pos = [self._pos(g) for g in avail]
+        return _allocate(self._score_matrix(pos, count_nvswitch_links), avail, tuple(required), n)
+
+    def _score_matrix(self, pos: list[int], count_nvswitch_links: bool) -> list[list[int]]:
+        """`pair_score` between the GPUs at positions `pos`, computed once per cell: the
+        NVSwitch test (O(GPUs^2)) and the position lookups once, not per pair."""
+        nvswitch = self.nvswitch and not count_nvswitch_links
+        numa = self.numa_affinity
+        links = self.links
+        cell_score: dict[tuple[str, bool], int] = {}
+        out = []
+        for i in pos:
+            row = []
+            for j in pos:
+                if i == j:
+                    row.append(0)
+                    continue
+                cell = links[i][j]
+                same = bool(numa) and numa[i] is not None and numa[i] == numa[j]
+                key = (cell, same)
+                v = cell_score.get(key)
+                if v is None:   # pcie_level and pair_score's rule, for this cell
+                    level = cell if cell in PCIE_LEVELS else ("NODE" if same else "SYS")
+                    nv = 0 if nvswitch or not cell.startswith("NV") else int(cell[2:])
+                    v = cell_score[key] = PCIE_SCORE[level] + NVLINK_SCORE * nv
+                row.append(v)
+            out.append(row)
+        return out
 
     # -- serialisation ----------------------------------------------------------
     def to_dict(self) -> dict:
@@ -287,6 +321,10 @@ def _check_label(key: str, value: str) -> None:
 # The most states the exact search may visit (class-count states, or candidate sets per
 # step); past it `allocate_best_effort` answers greedily (see there).
 MAX_SEARCH_STATES = 200_000
+# Past this many GPUs the answer is greedy without trying the exact search (whose class
+# detection is O(GPUs^2) per class test): nodes have at most 16 GPUs; the exact search
+# is exercised up to 64 (tests/unit/test_topology.py).
+MAX_EXACT_GPUS = 128
 
 
 class TopologyTooIrregular(Exception):
@@ -297,22 +335,45 @@ class TopologyTooIrregular(Exception):
 
 
 def _twin_classes(score: list[list[int]], m: int, alone: set[int]) -> list[int]:
-    """Class index per device: i and j share a class when score(i, k) == score(j, k) and
-    score(k, i) == score(k, j) for every other k (an equivalence: twins of twins are
-    twins, and a class's internal pair score is one number). Devices in `alone` (the
-    required ones) each get their own class."""
+    """Class index per device: i joins the first class whose representative r has
+    score(i, k) == score(r, k) and score(k, i) == score(k, r) for every other k (twins are
+    interchangeable for the score; a class's internal pair score is one number). Devices
+    in `alone` (the required ones) each get their own class.
+
+    In O(m^2 x distinct scores), not O(m^2 x classes): i and r are twins with score(i, r)
+    = w exactly when i's row with its own cell set to w equals r's row with its own cell
+    set to w (the two rows then differ nowhere: the cells at i and r both hold w), so each
+    class is found by dictionary lookups of those rows, one per value w in i's row."""
+    symmetric = all(score[i][j] == score[j][i] for i in range(m) for j in range(i))
     cls = [-1] * m
     reps: list[int] = []
+    keys: dict[tuple, int] = {}
     for i in range(m):
         if i not in alone:
-            for c, r in enumerate(reps):
-                if r not in alone and all(score[i][k] == score[r][k] and score[k][i] == score[k][r]
-                                          for k in range(m) if k != i and k != r):
-                    cls[i] = c
-                    break
+            if symmetric:
+                found = []
+                for w in set(score[i][k] for k in range(m) if k != i):
+                    row = list(score[i])
+                    row[i] = w
+                    c = keys.get((w, tuple(row)))
+                    if c is not None:
+                        found.append(c)
+                if found:
+                    cls[i] = min(found)
+            else:
+                for c, r in enumerate(reps):
+                    if r not in alone and all(score[i][k] == score[r][k] and score[k][i] == score[k][r]
+                                              for k in range(m) if k != i and k != r):
+                        cls[i] = c
+                        break
         if cls[i] < 0:
             cls[i] = len(reps)
             reps.append(i)
+            if symmetric and i not in alone:
+                for w in set(score[i][k] for k in range(m) if k != i):
+                    row = list(score[i])
+                    row[i] = w
+                    keys.setdefault((w, tuple(row)), cls[i])
     return cls
 
 
@@ -353,9 +414,36 @@ def allocate_best_effort(pair_score, available: Sequence[int], required: Sequenc
                 return (g,)
         return ()
 
+    score = [[pair_score(a, b) if a != b else 0 for b in avail] for a in avail]
+    return _allocate(score, avail, tuple(required), size)[0]
+
+
+def _score_bound(score: list[list[int]], size: int) -> int:
+    """An upper bound on the score of any `size` GPUs: the sum of the size*(size-1)/2
+    largest pair scores (a set's score is the sum of that many distinct pairs)."""
+    import heapq
+
+    m = len(score)
+    k = size * (size - 1) // 2
+    return sum(heapq.nlargest(k, (score[i][j] for i in range(m) for j in range(i + 1, m))))
+
+
+def _allocate(score: list[list[int]], available: Sequence[int], required: Sequence[int],
+              size: int) -> tuple[tuple[int, ...], bool, int]:
+    """allocate_best_effort over a score matrix (rows and columns in `available`'s order):
+    (the set, exact?, an upper bound on any set's score: its own score when exact)."""
+    avail = list(available)
+    req = set(required)
+    if size <= 0 or len(avail) < size or len(req) > size or not req <= set(avail):
+        return (), True, 0
+    if size == 1:  # upstream short-cut: one-device "partitions", all scoring 0
+        for g in avail:
+            if not req or req == {g}:
+                return (g,), True, 0
+        return (), True, 0
+
     m = len(avail)
     padding = (-m) % size
-    score = [[pair_score(avail[i], avail[j]) if i != j else 0 for j in range(m)] for i in range(m)]
     req_mask = sum(1 << i for i, g in enumerate(avail) if g in req)
     pad = -1  # a padding slot; all padding slots go into one set (upstream rule)
 
@@ -392,18 +480,6 @@ def allocate_best_effort(pair_score, available: Sequence[int], required: Sequenc
     # remain. Required GPUs get classes of their own. This is the memoised search over
     # subsets above with subsets replaced by class counts: the same value, in
     # prod(count + 1) states instead of 2^m (a 32-GPU NVSwitch node: 33).
-    cls = _twin_classes(score, m, {i for i in range(m) if req_mask >> i & 1})
-    n_cls = max(cls) + 1
-    rep = [cls.index(c) for c in range(n_cls)]
-    within = [score[rep[c]][next((j for j in range(m) if cls[j] == c and j != rep[c]), rep[c])]
-              for c in range(n_cls)]
-    between = [[score[rep[a]][rep[b]] for b in range(n_cls)] for a in range(n_cls)]
-    req_cls = {cls[i] for i in range(m) if req_mask >> i & 1}
-    states = 4
-    for c in range(n_cls):
-        states *= cls.count(c) + 1
-    too_many = states > MAX_SEARCH_STATES
-
     def counts_of(mask: int) -> tuple[int, ...]:
         out = [0] * n_cls
         for i in range(m):
@@ -463,11 +539,27 @@ def allocate_best_effort(pair_score, available: Sequence[int], required: Sequenc
             raise TopologyTooIrregular(m, n_cls)
         return best_k(counts_of(mask), pad_left, satisfied)
 
+    n_cls = None
+    if m > MAX_EXACT_GPUS:
+        too_many = True         # the class search itself is O(GPUs^2): skip it
+    else:
+        cls = _twin_classes(score, m, {i for i in range(m) if req_mask >> i & 1})
+        n_cls = max(cls) + 1
+        rep = [cls.index(c) for c in range(n_cls)]
+        within = [score[rep[c]][next((j for j in range(m) if cls[j] == c and j != rep[c]), rep[c])]
+                  for c in range(n_cls)]
+        between = [[score[rep[a]][rep[b]] for b in range(n_cls)] for a in range(n_cls)]
+        req_cls = {cls[i] for i in range(m) if req_mask >> i & 1}
+        states = 4
+        for c in range(n_cls):
+            states *= cls.count(c) + 1
+        too_many = states > MAX_SEARCH_STATES
     try:
-        return _allocate_exact(m, size, padding, pad, req_mask, avail, set_score, choices, best)
+        chosen = _allocate_exact(m, size, padding, pad, req_mask, avail, set_score, choices, best)
+        return chosen, True, set_score(tuple(avail.index(g) for g in chosen)) if chosen else 0
     except TopologyTooIrregular:
         picked = _greedy_set(score, m, [i for i in range(m) if req_mask >> i & 1], size)
-        return tuple(sorted(avail[i] for i in picked))
+        return tuple(sorted(avail[i] for i in picked)), False, _score_bound(score, size)
 
 
 def _allocate_exact(m, size, padding, pad, req_mask, avail, set_score, choices, best) -> tuple[int, ...]:
@@ -665,11 +757,13 @@ def topology_report(topo: Topology, *, best: int | None = None, available: Itera
             raise GpuValuesError(f"asked for {best} GPUs, but {len(free)} are available "
                                  f"({', '.join(map(str, free)) or 'none'}); ask for 1 to {len(free)}",
                                  field="best")
-        chosen = topo.best_gpu_set(best, available, count_nvswitch_links=count_nvswitch_links)
+        chosen, exact, bound = topo.best_gpu_choice(best, available, count_nvswitch_links=count_nvswitch_links)
         data["bestGpuSet"] = {"size": best, "gpus": list(chosen),
                               "score": sum(topo.pair_score(a, b, count_nvswitch_links=count_nvswitch_links)
                                            for a, b in itertools.combinations(chosen, 2)),
-                              "nvswitchLinksScored": count_nvswitch_links or not topo.nvswitch}
+                              "nvswitchLinksScored": count_nvswitch_links or not topo.nvswitch,
+                              # False past MAX_SEARCH_STATES: a greedy set, its score <= the bound
+                              "exact": exact, "scoreUpperBound": bound}
     return data
 
 

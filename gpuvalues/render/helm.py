@@ -20,21 +20,16 @@ def helm_template(values: dict, *, chart: str | os.PathLike | None = None, helm:
     """Run `helm template` on `values` (with `chart`, default the bundled one: see
     `gpuvalues.bundle.chart_dir`) and return the rendered YAML stream."""
     import subprocess         # here: `validate` imports this module but runs no helm
-    import tempfile
 
     binary = find_helm(helm)
     chart = chart_dir(chart)
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        yaml.safe_dump(values, f, sort_keys=False)
-        values_file = f.name
-    try:
-        cmd = [binary, "template", release, str(chart), "--namespace", namespace,
-               "--values", values_file, "--kube-version", kube_version]
-        for api in api_versions:
-            cmd += ["--api-versions", api]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-    finally:
-        os.unlink(values_file)
+    # The values go through helm's stdin (`--values -`, read by Helm 4 and 3 alike): no temp
+    # file that a kill -9 between write and unlink would leave behind.
+    cmd = [binary, "template", release, str(chart), "--namespace", namespace,
+           "--values", "-", "--kube-version", kube_version]
+    for api in api_versions:
+        cmd += ["--api-versions", api]
+    proc = subprocess.run(cmd, input=yaml.safe_dump(values, sort_keys=False), capture_output=True, text=True)
     if proc.returncode != 0:
         # helm's message is already meant for people; keep it to its meaningful lines.
         msg = " ".join(line.strip() for line in proc.stderr.splitlines() if line.strip())

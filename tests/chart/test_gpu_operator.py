@@ -105,11 +105,12 @@ def test_the_cluster_policy_check_can_fail():
 def test_operator_install_order_and_causal_model():
     path = ROOT / "examples" / "mixed-a100-h100-mig.yaml"
     fleet = operator_fleet(path)
-    cmds = pipeline.install_commands(fleet, "out")
+    cmds = pipeline.install_commands(fleet, "/tmp/out/")
     helm_lines = [c for c in cmds if c.startswith("helm upgrade")]
     assert helm_lines[0] == (f"helm upgrade --install gpu-operator nvidia/gpu-operator --version "
                              f"{GPU_OPERATOR_VERSION} --namespace gpu-operator --create-namespace "
-                             "-f out/gpu-operator.values.yaml")
+                             "-f /tmp/out/gpu-operator.values.yaml")
+    assert len(helm_lines) == 1 + len(fleet.releases)       # the operator once, then ours
     assert not any("nfd-crds" in c for c in cmds)        # the operator's chart brings NFD
     parts = producers.install_parts(fleet.spec, fleet.platform.values, producers.operator_values(fleet))
     assert {parts[p] for p in (producers.NFD, producers.GFD, producers.DEVICE_PLUGIN,

@@ -249,3 +249,24 @@ def test_the_chart_exporter_exports_every_signal_it_reads(helm):
     off = render(helm, values={"platform": {"dcgmExporter": {"enabled": True}}})
     [cm] = [o for o in by_kind(off, "ConfigMap") if "dcgm" in o["metadata"]["name"]]
     assert "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL" not in "\n".join(cm["data"].values())
+
+
+@pytest.mark.parametrize("operator", [False, True])
+def test_the_controller_reads_the_charts_own_exporter_job(helm, operator):
+    """exporterJob defaults to the job the chart's alerts use (prometheus-operator names a
+    ServiceMonitor's job after its Service, Documentation/api-reference: `jobLabel` unset),
+    exporterNamespace to the release's; with the GPU Operator its exporter's job, any namespace."""
+    vals = copy.deepcopy(ON)
+    if operator:
+        vals["platform"]["gpuOperator"] = True
+    else:
+        vals["platform"]["dcgmExporter"] = {"enabled": True}
+    objs = render(helm, values=vals)
+    [cm] = by_kind(remediation_objs(objs), "ConfigMap")
+    cfg = yaml.safe_load(cm["data"]["config.yaml"])
+    if operator:
+        assert (cfg["exporterJob"], cfg["exporterNamespace"]) == ("nvidia-dcgm-exporter", "")
+    else:
+        [svc] = [o for o in objs if o["kind"] == "Service"
+                 and o["metadata"]["labels"].get("app.kubernetes.io/component") == "dcgm-exporter"]
+        assert (cfg["exporterJob"], cfg["exporterNamespace"]) == (svc["metadata"]["name"], NS)

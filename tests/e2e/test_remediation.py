@@ -293,6 +293,8 @@ def test_xid_quarantines_drains_through_pdb_and_recovers_only_leader_acts(kube, 
         # pods may return: scale up, a new replica lands on the recovered node
         kube.kubectl("scale", "deployment", "-n", namespace, "-l", sel, "--replicas=4")
         kube.wait("a replica back on the recovered node", lambda: bad in ready_on(kube, namespace, sel), timeout=60)
+        kube.wait("all 4 Ready (the control below starts from 4)", lambda: len(ready_on(kube, namespace, sel)) == 4,
+                  timeout=60)
 
         # Negative control: the watch-based sampler does see a drop (all pods deleted at
         # once, the pool cordoned so that no replacement becomes Ready).

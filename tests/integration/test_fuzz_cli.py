@@ -6,7 +6,9 @@ The contract for every run that fails: exit 2 (validate: 1 for findings), exactl
 stderr line `gpuvalues: error: <file>...` naming the file (with line:col when the problem
 is inside a file) -- or, for a validation failure, one such placed line per finding --
 no traceback, and nothing written (the output folder is unchanged).
-Bounded: about 45 subprocesses in all, so the file runs in about a minute.
+Also the newer readers (issue 25): hostile values in a `--current` layout's node names,
+labels and counts, and anywhere in a `kubectl get nodes -o json` list. Every refusal line
+ends in a registered `[GVxxx]` code. Bounded: about 65 subprocesses in all.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuvalues.errors import CODES
 from tests.conftest import ROOT
 from tests.unit.test_hostile_reads import SPEC, bomb
 
@@ -82,6 +85,8 @@ def _check(proc: subprocess.CompletedProcess, shown: str, out_dir: Path, before:
                    for l in lines), proc.stderr[:2000]
     assert lines and all(len(line) < 5000 for line in lines)
     assert re.match(r"gpuvalues: error: " + where, lines[0]), lines[0]
+    code = re.search(r"\[(GV\d{3})\]", lines[0])
+    assert code and code.group(1) in CODES, lines[0]
 
 
 def _run(*args, timeout=60) -> subprocess.CompletedProcess:
@@ -171,10 +176,73 @@ def test_hostile_output_paths(tmp_path_factory, kind, command):
     before = sorted(os.listdir(out))
     args = ["values", spec, "-o", target] if command == "values" else \
         ["inventory", "--inventory", inv, "-o", target]
-    if kind == "dir" and command == "values":
-        return                       # `values -o DIR` writes per-workload files: allowed
     proc = _run(*args)
+    if kind == "dir" and command == "values":
+        # `values -o DIR` writes one file per release into an existing folder: exactly those
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert sorted(os.listdir(out)) == ["gpu-platform.values.yaml", "llama-8b.values.yaml"]
+        return
     assert proc.returncode == 2, proc.stderr
     _check(proc, str(target), out, before, placed=False)
     if kind in ("full", "link-full"):
         assert os.stat("/dev/full").st_rdev == os.makedev(1, 7)
+
+
+CURRENT = (ROOT / "examples" / "current" / "mixed-a100-h100-mig.yaml").read_text()
+MIXED = ROOT / "examples" / "mixed-a100-h100-mig.yaml"
+# Where a hostile value goes in the current layout: a node's name, a label value, its
+# pool, its pod count, a MIG count, a device index.
+_CURRENT_SLOTS = ["  a100-mig-1:", "      nvidia.com/mig.config: a100-mig\n", "    pool: a100-mig\n",
+                  "    pods: 9", "      1g.10gb: 4", "    - 0\n"]
+
+
+def _current_case(slot: str, value: str) -> str:
+    if slot == "  a100-mig-1:":
+        return CURRENT.replace(slot, f"  {value}:", 1)
+    key = slot.strip().split(":")[0].lstrip("- ")
+    indent = slot[:len(slot) - len(slot.lstrip())]
+    new = f"{indent}- {value}\n" if slot.strip().startswith("-") else f"{indent}{key}: {value}" + \
+        ("\n" if slot.endswith("\n") else "")
+    return CURRENT.replace(slot, new, 1)
+
+
+@settings(SETTINGS, max_examples=10)
+@given(slot=st.sampled_from(_CURRENT_SLOTS), value=_VALUES)
+def test_hostile_current_layouts(tmp_path_factory, slot, value):
+    work = tmp_path_factory.mktemp("current")
+    current = work / "current.yaml"
+    current.write_text(_current_case(slot, value))
+    out = work / "out"
+    out.mkdir()
+    proc = _run("plan", MIXED, "--current", current, "--mig-parted-out", out / "mig.yaml")
+    _check(proc, str(current), out, ["mig.yaml"] if proc.returncode == 0 else [], placed=True)
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-(10 ** 30), 10 ** 30) | st.floats() |
+                     st.text(max_size=30) | st.sampled_from(["1e400", "$(id)", "a" * 300, "x\ny", "-1", "1500m"]),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                     max_leaves=8)
+_NODE_SLOTS = [("metadata", "name"), ("metadata", "labels"), ("metadata", "labels", "nvidia.com/gpu.count"),
+               ("metadata", "labels", "nvidia.com/mig-1g.10gb.count"), ("status", "capacity"),
+               ("status", "capacity", "nvidia.com/gpu"), ("status", "allocatable", "cpu"), ("spec", "taints"),
+               ("spec",), ("status",), ("metadata",)]
+
+
+@settings(SETTINGS, max_examples=10)
+@given(slot=st.sampled_from(_NODE_SLOTS), value=_JSON)
+def test_hostile_kubectl_nodes(tmp_path_factory, slot, value):
+    import json
+
+    item = {"kind": "Node", "metadata": {"name": "n1", "labels": {"nvidia.com/gpu.count": "4"}},
+            "spec": {}, "status": {"capacity": {"nvidia.com/gpu": "4"}, "allocatable": {"cpu": "8"}}}
+    d = item
+    for k in slot[:-1]:
+        d = d[k]
+    d[slot[-1]] = value
+    work = tmp_path_factory.mktemp("nodes")
+    nodes = work / "nodes.json"
+    nodes.write_text(json.dumps({"kind": "List", "items": [item]}, indent=1))
+    out = work / "out"
+    out.mkdir()
+    proc = _run("inventory", "--inventory", nodes, "-o", out / "inv.yaml")
+    _check(proc, str(nodes), out, ["inv.yaml"] if proc.returncode == 0 else [], placed=True)

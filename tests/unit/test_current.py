@@ -61,7 +61,7 @@ def test_mig_parted_form(tmp_path):
      ":24:37: nodes.n1.labels.nvidia.com/mig.config:", "mig config 'nope' is not in mig-configs"),
     (("devices: [2, 3]", "devices: [2, 9]"), ":7:", "device index 9"),
     (("pods: 9", "pods: -1"), ":25:", "pods must be a non-negative integer"),
-    (("{pool: a100, labels", "{pool: b200, labels"), ":26:", "pool 'b200' is not in the spec"),
+    (("{pool: a100, labels", "{pool: b200, labels"), ":26:", "pool 'b200' is not a node pool of the spec"),
     (('{"3g.40gb": 2}', '{"3g.40gb": 3}'), ":6:", "mig-configs.a100-mixed[0].mig-devices"),
 ])
 def test_bad_input_names_file_line_and_field(tmp_path, edit, where, msg):

@@ -105,7 +105,7 @@ def test_cli_values_on_dev_zero_is_one_line(capsys, tmp_path):
     code, out, err = gv(capsys, "values", "/dev/zero", "-o", tmp_path / "v.yaml")
     assert code == 2 and out == ""
     assert one_error(err) == ("gpuvalues: error: /dev/zero: is a character device, expected a "
-                              "YAML file (gpuvalues reads only regular files)")
+                              "YAML file (gpuvalues reads only regular files) [GV019]")
     assert os.listdir(tmp_path) == []
 
 

@@ -108,7 +108,7 @@ def test_nfd_present_is_not_deployed_but_still_produces():
     parts = producers.install_parts(fleet.spec, fleet.platform.values)
     assert parts[producers.NFD] == "the cluster (cluster.nfd: present)"
     assert by_code(fleet, "GV021") == [] and by_code(fleet, "GV017") == []
-    assert not any("nfd-crds" in c for c in install_commands(fleet, "out"))
+    assert not any("nfd-crds" in c for c in install_commands(fleet, "out/"))
 
 
 def test_without_nfd_no_gpu_daemonset_runs():
@@ -148,9 +148,12 @@ def test_label_commands_select_each_group_among_its_pools_unclaimed_nodes():
     assert line.endswith(f"{GROUP_LABEL}={g.name}; fi")
     # the default pool selector
     assert f"-l '{POOL_LABEL}=a100,!{GROUP_LABEL}'" in label_commands(fleet_of())[0]
-    cmds = install_commands(fleet, "out")
+    cmds = install_commands(fleet, "out/")
     assert cmds[0].startswith("kubectl apply --server-side -k ") and "nfd-crds?ref=v0.18.3" in cmds[0]
     assert cmds[1] == line and cmds[2].startswith("helm upgrade --install gpu-platform ")
+    # one file: the same prerequisites, then its one (combined) release
+    cmds = install_commands(fleet, "one.yaml")
+    assert cmds[:2] == install_commands(fleet, "out/")[:2] and len(cmds) == 3
 
 
 @pytest.mark.parametrize("selector", ["{'a b': x}", "{k: 'v;rm -rf /'}", "{}"])

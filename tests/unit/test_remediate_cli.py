@@ -18,16 +18,21 @@ def run_cli(capsys, *args) -> tuple[int, str]:
 
 @pytest.mark.parametrize("text,where", [
     ("syncPeriodSeconds: 5\nbogus: 1\n", ":2:1: bogus: unknown key"),
-    ("breakerMaxPercent: 150\n", "breakerMaxPercent: must be between 0 and 100"),
-    ("signals:\n  exporterMissing: page\n", ":1:1: signals.exporterMissing: must be ignore, warn or act"),
-    ("signals:\n  gpuFire: true\n", "signals.gpuFire: unknown signal"),
-    ("criticalXids: [79, x]\n", ":1:1: criticalXids: must be a list of positive integers"),
-    ("drain: maybe\n", ":1:1: drain: must be true or false"),
-    ("breakerMaxNodes: true\n", "breakerMaxNodes: must be an integer"),
+    ("breakerMaxPercent: 150\n", ":1:20: breakerMaxPercent: 150 is greater than the maximum of 100"),
+    ("signals:\n  exporterMissing: page\n", ":2:20: signals.exporterMissing: \"page\" is not one of"),
+    ("signals:\n  gpuFire: true\n", ":2:3: signals.gpuFire: unknown key"),
+    ("criticalXids: [79, x]\n", ":1:20: criticalXids[1]: expected integer"),
+    ("criticalXids: [0]\n", "criticalXids[0]: 0 is less than the minimum of 1"),
+    ("drain: maybe\n", ":1:8: drain: expected boolean"),
+    ("breakerMaxNodes: true\n", "breakerMaxNodes: expected integer, got boolean"),
+    # PromQL pieces are checked, never pasted: a label name and a duration only
+    ('nodeLabel: "a\\"b"\n', ":1:12: nodeLabel: "),
+    ('window: "5m] or vector(1)"\n', ":1:9: window: "),
+    ("drainTimeoutSeconds: -1\n", "drainTimeoutSeconds: -1 is less than the minimum of 0"),
     ("syncPeriodSeconds: 10\nleaseDurationSeconds: 15\n", "leaseDurationSeconds: must be at least twice"),
-    ("prometheusUrl: prom:9090\n", "prometheusUrl: must start with http"),
+    ("prometheusUrl: prom:9090\n", ":1:16: prometheusUrl: 'prom:9090' does not match"),
     ("a: [1\n", ":2:1: "),
-    ("- 1\n", "the config must be a mapping"),
+    ("- 1\n", "the remediation config must be a YAML mapping"),
 ])
 def test_bad_config_is_one_line_exit_2(tmp_path, capsys, text, where):
     f = tmp_path / "c.yaml"
@@ -43,6 +48,29 @@ def test_bad_config_is_one_line_exit_2(tmp_path, capsys, text, where):
 def test_missing_config_file(tmp_path, capsys):
     rc, err = run_cli(capsys, "--config", str(tmp_path / "nope.yaml"))
     assert rc == 2 and "nope.yaml" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("flag", ["--config", "--kubeconfig"])
+def test_fifo_config_or_kubeconfig_is_refused_not_waited_on(tmp_path, capsys, flag):
+    import os
+
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)          # nobody writes: a plain open() would block forever
+    rc, err = run_cli(capsys, flag, str(fifo), "--once")
+    assert rc == 2 and "FIFO" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_config_schema_is_the_values_schema_definition():
+    """One definition of the keys: every key the chart's platform.remediation shares with the
+    config refers to $defs/remediationConfig (no copy in the controller)."""
+    from gpuvalues.schemas import VALUES_SCHEMA, load_schema
+
+    values = load_schema(VALUES_SCHEMA)
+    cfg = values["$defs"]["remediationConfig"]["properties"]
+    rem = values["$defs"]["platform"]["properties"]["remediation"]["properties"]
+    shared = {k for k in rem if k in cfg}
+    assert shared and all(rem[k] == {"$ref": f"#/$defs/remediationConfig/properties/{k}"} for k in shared)
+    assert not hasattr(controller, "_KEYS")
 
 
 def _args(**kw):
@@ -102,3 +130,57 @@ def test_repeated_reports_are_rate_limited():
     assert c._repeated("n", "HeldByOther", False)          # same report next sync: suppressed
     assert not c._repeated("n", "GpuNodeQuarantined", True)  # a transition is always reported
     assert not c._repeated("m", "HeldByOther", False)
+
+
+def test_healthz_reflects_the_loop_progress():
+    t = [100.0]
+    m = controller.Metrics(clock=lambda: t[0])
+    m.stale_after = 30.0
+    assert m.healthy()
+    t[0] = 129.0
+    assert m.healthy()
+    t[0] = 131.0                     # no heartbeat for longer than a sync period plus a lease
+    assert not m.healthy()
+    m.beat()
+    assert m.healthy()
+
+
+class _Elector:
+    def __init__(self, leader):
+        self.leader = leader
+
+    def is_leader(self):
+        return self.leader
+
+
+@pytest.mark.parametrize("why,setup", [
+    ("stopping", lambda c: c.stopping.set()),
+    ("deadline", lambda c: setattr(c, "deadline", 0.0)),
+    ("leader", lambda c: setattr(c, "elector", _Elector(False))),
+])
+def test_every_write_is_guarded(why, setup):
+    import threading
+    import time
+
+    c = controller.Controller.__new__(controller.Controller)
+    c.stopping, c.deadline, c.elector = threading.Event(), time.monotonic() + 60, _Elector(True)
+    c._guard()                      # leader, inside the deadline: allowed
+    setup(c)
+    with pytest.raises(controller.SyncAborted, match=why):
+        c._guard()
+
+
+def test_api_requests_get_a_timeout():
+    seen = []
+
+    class Rest:
+        def request(self, *args, **kw):
+            seen.append(kw.get("_request_timeout"))
+
+    class Api:
+        rest_client = Rest()
+
+    api = controller._with_deadlines(Api(), 7.0)
+    api.rest_client.request("GET", "u")
+    api.rest_client.request("GET", "u", _request_timeout=1)
+    assert seen == [(5.0, 7.0), 1]

@@ -199,7 +199,7 @@ def test_cli_bad_csv_one_line_exit_2(tmp_path, capsys):
     bad.write_text("time_s,requests_per_s\n0,10\n15,abc\n")
     assert main(["simulate", str(bad), "--replica-rps", "10"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"gpuvalues: error: {bad}:3: requests_per_s: 'abc' is not a number"]
+    assert err == [f"gpuvalues: error: {bad}:3: requests_per_s: 'abc' is not a number [GV100]"]
 
 
 def test_cli_plot_png(tmp_path, capsys):

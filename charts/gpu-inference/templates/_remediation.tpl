@@ -9,7 +9,8 @@ component `remediation`.
 {{- if .Values.platform.remediation.enabled }}true{{ end }}
 {{- end }}
 
-{{/* The controller's config file (gpuvalues/operations/controller.py load_config keys). */}}
+{{/* The controller's config file: its keys are schemas/values.schema.json $defs/remediationConfig
+(what gpuvalues/operations/controller.py load_config checks the file against). */}}
 {{- define "gpu-inference.remediation.config" -}}
 {{- $r := .Values.platform.remediation -}}
 {{- $cfg := dict "prometheusUrl" $r.prometheusUrl "syncPeriodSeconds" $r.syncPeriodSeconds "dryRun" $r.dryRun
@@ -20,6 +21,10 @@ component `remediation`.
     "breakerMaxNodes" $r.breakerMaxNodes "breakerMaxPercent" $r.breakerMaxPercent
     "maxNewQuarantinesPerSync" $r.maxNewQuarantinesPerSync "evictionsPerMinute" $r.evictionsPerMinute
     "criticalXids" $r.criticalXids "window" $r.window "nodeLabel" $r.nodeLabel "conditions" $r.conditions
-    "ignoredTaints" $r.ignoredTaints "signals" $r.signals -}}
+    "ignoredTaints" $r.ignoredTaints "signals" $r.signals "drainTimeoutSeconds" $r.drainTimeoutSeconds
+    "breakerPoolLabel" $r.breakerPoolLabel "flapWindowSeconds" $r.flapWindowSeconds
+    "flapMaxQuarantines" $r.flapMaxQuarantines "nodeSelector" $r.nodeSelector
+    "exporterJob" ($r.exporterJob | default (include "gpu-inference.platform.dcgmJob" .))
+    "exporterNamespace" ($r.exporterNamespace | default (ternary "" .Release.Namespace (and .Values.platform.gpuOperator true))) -}}
 {{- toYaml $cfg }}
 {{- end }}
