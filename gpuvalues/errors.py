@@ -192,6 +192,9 @@ CODES = {
     "GV020": ("a workload that would block or hurt a node drain",
               "keep >= 2 replicas, pdb.maxUnavailable 1 with unhealthyPodEvictionPolicy AlwaysAllow, "
               "and no toleration of the remediation taint"),
+    "GV021": ("pods select a node label that nothing in the install produces",
+              "turn on the part that produces it (platform.gpuFeatureDiscovery, cluster.nfd, the "
+              "device plugin) or drop the selector"),
     "GV031": ("an image tagged latest (it changes under a running release)",
               "pin a version tag or a digest (image.digest: sha256:...)"),
     "GV032": ("a hugepages or extended resource requested without an equal limit",

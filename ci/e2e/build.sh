@@ -4,7 +4,7 @@
 # defaults (outside the repo), so a fresh clone on the same machine only re-links.
 #
 #   bash ci/e2e/build.sh            # all components
-#   bash ci/e2e/build.sh kube etcd  # some of them (kube, kwok, etcd, crds, adapter, keda)
+#   bash ci/e2e/build.sh kube etcd  # some of them (kube, kwok, etcd, crds, adapter, keda, nfd)
 #
 # Each component writes <dir>/build-seconds (wall time of its last build).
 set -euo pipefail
@@ -165,8 +165,40 @@ build_keda() {
   "$out/bin/keda" --help >/dev/null 2>&1 || true
 }
 
+# Node Feature Discovery's nfd-worker and nfd-master (v$NFD_VERSION), unchanged, for the
+# node-agent emulator of tests/e2e/nodeagent.py. Built from a copy of the module's own
+# source (its go.mod pins k8s.io staging modules with replace lines, which only a main
+# module applies), as upstream's Makefile builds them: -X version.version and -X
+# hostpath.pathPrefix. The prefix is relative (`host-`, upstream's container images use
+# `/host-`): each worker runs with its working directory at the pod's emulated root, whose
+# host-sys is that node's mock sysfs. The nested module api/nfd is left out of the
+# module zip, so its `./api/nfd` replace becomes the published api/nfd at the same tag.
+build_nfd() {
+  local v=$1 out=$2 src ld
+  src=$("$GO" mod download -json "sigs.k8s.io/node-feature-discovery@$v" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  [ -d "$src" ] || die "could not download sigs.k8s.io/node-feature-discovery@$v"
+  mkdir -p "$out/bin" "$out/src"
+  cp -r "$src/." "$out/src/" && chmod -R u+w "$out/src"
+  ld="-s -w -X sigs.k8s.io/node-feature-discovery/pkg/version.version=$v"
+  ld="$ld -X sigs.k8s.io/node-feature-discovery/pkg/utils/hostpath.pathPrefix=host-"
+  (cd "$out/src" \
+    && "$GO" mod edit -dropreplace=sigs.k8s.io/node-feature-discovery/api/nfd \
+         -require=sigs.k8s.io/node-feature-discovery/api/nfd@$v \
+    && "$GO" build -mod=mod "${BUILD_FLAGS[@]}" -ldflags "$ld" -o "$out/bin/" ./cmd/nfd-worker ./cmd/nfd-master)
+  # NFD's own Helm chart and CRD kustomization at the same tag: the e2e's "cluster already
+  # has NFD" install, and the directory the printed `kubectl apply -k <nfd-crds URL>` is
+  # pointed at (no network here)
+  cp -r "$out/src/deployment/helm/node-feature-discovery" "$out/chart"
+  cp -r "$out/src/deployment/base/nfd-crds" "$out/nfd-crds"
+  rm -rf "$out/src"
+  # run_build's marker: one entry point, `nfd worker|master ARGS`.
+  printf '#!/bin/sh\n# nfd-worker / nfd-master of NFD %s\nc=$1; shift; exec "$(dirname "$0")/nfd-$c" "$@"\n' "$v" >"$out/bin/nfd"
+  chmod +x "$out/bin/nfd"
+  "$out/bin/nfd-worker" -version
+}
+
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(kube kwok etcd crds adapter keda)
+[ ${#components[@]} -gt 0 ] || components=(kube kwok etcd crds adapter keda nfd)
 total_start=$(date +%s)
 for c in "${components[@]}"; do
   case $c in
@@ -181,7 +213,8 @@ for c in "${components[@]}"; do
     adapter) run_build adapter "$ADAPTER_VERSION" build_adapter ;;
     crds) run_build crds "po-$PROMETHEUS_OPERATOR_VERSION-keda-$KEDA_VERSION" build_crds ;;
     keda) run_build keda "$KEDA_VERSION" build_keda ;;
-    *) die "unknown component '$c' (kube, kwok, etcd, crds, adapter, keda)" ;;
+    nfd) run_build nfd "$NFD_VERSION" build_nfd ;;
+    *) die "unknown component '$c' (kube, kwok, etcd, crds, adapter, keda, nfd)" ;;
   esac
 done
 echo "e2e build: done in $(( $(date +%s) - total_start )) s (cache: $CACHE)"

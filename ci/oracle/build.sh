@@ -5,7 +5,7 @@
 # into place only on success, <dir>/build-seconds, GOTOOLCHAIN=local, `-p 2 -trimpath`.
 #
 #   bash ci/oracle/build.sh               # all components
-#   bash ci/oracle/build.sh deviceplugin  # some of them (deviceplugin, migparted, adapter, keda, ct)
+#   bash ci/oracle/build.sh deviceplugin  # some of them (deviceplugin, migparted, migmanager, adapter, keda, ct)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HERE="$ROOT/ci/oracle"
@@ -141,17 +141,30 @@ EOM
   "$out/bin/ct.bin" version
 }
 
+# mig-parted's config selection applied to mock GPUs (ci/oracle/migmanager), for the
+# day-1 e2e's mig-manager emulation. Its cache entry is named by the mig-parted pin and
+# a hash of main.go, so an edit rebuilds it. cgo: mig-parted's util imports go-nvml.
+build_migmanager() {
+  local out=$2 src="$2/src"
+  mkdir -p "$src" "$out/bin"
+  cp "$HERE/migmanager/main.go" "$src/"
+  printf 'module gpu-inference.local/oracle/migmanager\n\ngo 1.24.0\n\nrequire github.com/NVIDIA/mig-parted %s\n' "$MIG_PARTED_VERSION" >"$src/go.mod"
+  (cd "$src" && "$GO" mod tidy && CGO_ENABLED=1 "$GO" build "${BUILD_FLAGS[@]}" -o "$out/bin/migmanager" .)
+}
+MIGMANAGER_VERSION="$MIG_PARTED_VERSION-$(sha256sum "$HERE/migmanager/main.go" | cut -c1-12)"
+
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(deviceplugin migparted adapter keda ct)
+[ ${#components[@]} -gt 0 ] || components=(deviceplugin migparted migmanager adapter keda ct)
 total_start=$(date +%s)
 for c in "${components[@]}"; do
   case $c in
     deviceplugin) run_build deviceplugin "$DEVICE_PLUGIN_VERSION" build_deviceplugin ;;
     migparted) run_build migparted "$MIG_PARTED_VERSION" build_migparted ;;
+    migmanager) run_build migmanager "$MIGMANAGER_VERSION" build_migmanager ;;
     adapter) run_build adapter "$ADAPTER_VERSION" build_adapter ;;
     keda) run_build keda "$KEDA_VERSION" build_keda ;;
     ct) run_build ct "$CHART_TESTING_VERSION" build_ct ;;
-    *) die "unknown component '$c' (deviceplugin, migparted, adapter, keda, ct)" ;;
+    *) die "unknown component '$c' (deviceplugin, migparted, migmanager, adapter, keda, ct)" ;;
   esac
 done
 echo "oracle build: done in $(( $(date +%s) - total_start )) s (cache: $CACHE)"

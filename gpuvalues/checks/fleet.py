@@ -5,8 +5,9 @@
   checks them) and the semantic rules, placed at the spec line that caused them;
 - every HPA metric of every workload served by a rule of the fleet's one Prometheus
   adapter (KEDA queries Prometheus itself), so no autoscaler silently gets no data;
-- every resource a workload's pods request offered by a node group of its pool (on the
-  nodes as `gpuvalues.fleet.group_node` predicts them);
+- every resource a workload's pods request offered by a node group of its pool, and every
+  node label they require produced there, on the nodes as the install makes them from bare
+  nodes (`gpuvalues.fleet.producers`: who produces which label; GV017, GV021);
 - release names unique.
 `build_checked(spec)` is the fleet `values` and `render` use: checked, or
 `ValidationFailed` with every error.
@@ -19,7 +20,7 @@ from typing import Any
 from gpuvalues import yamlio
 from gpuvalues.checks.rules import Context, check_values, semantic_findings
 from gpuvalues.errors import Finding, ValidationFailed, errors_only
-from gpuvalues.fleet import Fleet, Release, build_fleet, offered_resources
+from gpuvalues.fleet import Fleet, Release, build_fleet, producers
 from gpuvalues.fleet.spec import Spec
 
 __all__ = ["check_fleet", "build_checked", "served_metric_names"]
@@ -94,10 +95,19 @@ def _metric_findings(spec: Spec, fleet: Fleet) -> list[Finding]:
 
 
 def _resource_findings(spec: Spec, fleet: Fleet) -> list[Finding]:
-    """Every requested resource is offered by some node of the workload's pool."""
+    """Every requested resource is offered by some node of the workload's pool, once the
+    install has run (`producers.node_states`: no device plugin, no resource)."""
     if fleet.layout is None:
         return []
-    offered = offered_resources(fleet)
+    offered: dict[str, set[str]] = {}
+    why: dict[str, str] = {}
+    for s in producers.node_states(spec, fleet.layout, fleet.platform.values,
+                                   producers.operator_values(fleet)):
+        offered.setdefault(s.pool, set()).update(k for k, v in s.allocatable.items() if v)
+        if producers.DEVICE_PLUGIN in s.why_not:
+            why[s.pool] = f" ({producers.DEVICE_PLUGIN} is {s.why_not[producers.DEVICE_PLUGIN]})"
+        elif producers.MIG_MANAGER in s.why_not:
+            why[s.pool] = f" ({producers.MIG_MANAGER} is {s.why_not[producers.MIG_MANAGER]})"
     out = []
     for p in fleet.placements:
         if p.mode == "dra" or p.workload not in [r.workload for r in fleet.workloads] \
@@ -107,7 +117,56 @@ def _resource_findings(spec: Spec, fleet: Fleet) -> list[Finding]:
             wi = [w.name for w in spec.workloads].index(p.workload)
             source, line, col = spec.position("workloads", wi)
             out.append(Finding("GV017", f"{p.workload} requests {p.resource}, but no node of pool "
-                               f"{p.pool.name} offers it", f"workloads[{wi}]", source, line, col))
+                               f"{p.pool.name} offers it{why.get(p.pool.name, '')}",
+                               f"workloads[{wi}]", source, line, col))
+    return out
+
+
+# How to turn on each producer, for GV021's message.
+_ENABLE = {producers.GFD: "platform.gpuFeatureDiscovery: true",
+           producers.NFD: "cluster.nfd: deploy",
+           producers.DEVICE_PLUGIN: "platform.devicePlugin: true",
+           producers.MIG_MANAGER: "a MIG layout (cluster.nodePools[].mig)",
+           producers.GPU_OPERATOR: "platform.gpuOperator: true"}
+
+
+# The spec line that switches each producer off, where GV021 points when the spec has it.
+_SWITCH = {producers.GFD: ("platform", "gpuFeatureDiscovery"),
+           producers.DEVICE_PLUGIN: ("platform", "devicePlugin")}
+
+
+def _producer_findings(spec: Spec, fleet: Fleet) -> list[Finding]:
+    """GV021: a label a workload's pods require (`producers.required_node_labels`) that no
+    part of the install produces on its pool's nodes."""
+    if fleet.layout is None:
+        return []
+    placements = {p.workload: p for p in fleet.placements}
+    states = producers.node_states(spec, fleet.layout, fleet.platform.values, producers.operator_values(fleet))
+    out = []
+    for r in fleet.workloads:
+        p = placements.get(r.workload)
+        if p is None or p.mode == "dra":
+            continue
+        missing = producers.missing_producers(fleet, p.pool.name, producers.required_node_labels(r.values),
+                                              states)
+        if not missing:
+            continue
+        wi = [w.name for w in spec.workloads].index(r.workload)
+        at: tuple = ("workloads", wi)
+        switch = _SWITCH.get(missing[0][1] or "")
+        if switch and spec.loaded is not None and switch in spec.loaded.positions:
+            at = switch                     # the line that turned the producer off
+        source, line, col = spec.position(*at)
+        parts = []
+        for key, part, why in missing:
+            if part is None:
+                parts.append(f"{key}, which nothing in the install produces")
+            else:
+                parts.append(f"{key}, which only {part} produces ({why or 'not deployed'}; "
+                             f"{_ENABLE.get(part, 'deploy it')})")
+        out.append(Finding("GV021", f"the pods of {r.workload} select {'; '.join(parts)}: on nodes "
+                           f"of pool {p.pool.name} they would stay Pending", yamlio.format_path(at),
+                           source, line, col))
     return out
 
 
@@ -135,7 +194,7 @@ def check_fleet(fleet: Fleet) -> Fleet:
     for r in fleet.releases:
         found += release_findings(spec, r)
     found += _metric_findings(spec, fleet) + _resource_findings(spec, fleet) + \
-        _name_findings(spec, fleet)
+        _producer_findings(spec, fleet) + _name_findings(spec, fleet)
     return replace(fleet, findings=tuple(sorted(dict.fromkeys(found), key=Finding.sort_key)))
 
 

@@ -21,7 +21,8 @@ from gpuvalues.errors import Finding, GpuValuesError
 from gpuvalues.fleet import sizing
 from gpuvalues.fleet.layout import Layout, NodeGroup, choose_pools, lay_out
 from gpuvalues.fleet.placement import Placement, candidates
-from gpuvalues.fleet.releases import Release, platform_release, warning, workload_release
+from gpuvalues.fleet.releases import (Release, gpu_operator_release, platform_release, warning,
+                                      workload_release)
 from gpuvalues.fleet.spec import Spec
 from gpuvalues.planners import deviceplugin
 from gpuvalues.yamlio import format_path
@@ -42,6 +43,7 @@ class Fleet:
     releases: tuple[Release, ...]
     findings: tuple[Finding, ...] = ()
     decisions: tuple[str, ...] = ()
+    gpu_operator: Release | None = None     # the gpu-operator chart's values (gpuOperator: true)
 
     @property
     def platform(self) -> Release:
@@ -135,7 +137,7 @@ def build_fleet(spec: Spec, *, objective: str = "gpus", baselines: bool = False,
             findings.append(_finding(spec, exc, ("workloads", wi)))
     releases = (platform_release(spec, layout, workloads), *workloads)
     return Fleet(spec, tuple(placements), peaks, layout, releases, tuple(findings),
-                 layout.notes)
+                 layout.notes, gpu_operator_release(spec, layout, workloads))
 
 
 def _shortage_findings(spec: Spec, layout: Layout, placements: list[Placement]) -> list[Finding]:

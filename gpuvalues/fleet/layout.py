@@ -32,8 +32,10 @@ from gpuvalues.yamlio import format_path, read_text
 
 __all__ = ["NodeGroup", "Shortage", "Layout", "lay_out", "choose_pools", "DEFAULT_DEVICE_PLUGIN_CONFIG"]
 
-# The device plugin's config for nodes without the config label (no sharing, no MIG).
-DEFAULT_DEVICE_PLUGIN_CONFIG = {"version": "v1", "flags": {"migStrategy": "none"}}
+# The device plugin's config for nodes without the config label (no sharing, no MIG; the
+# container features off: deviceplugin.CONTAINER_FEATURES says why).
+DEFAULT_DEVICE_PLUGIN_CONFIG = {"version": "v1", "flags": {"migStrategy": "none",
+                                                           **deviceplugin.CONTAINER_FEATURES}}
 
 
 @dataclass(frozen=True)

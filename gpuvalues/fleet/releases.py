@@ -12,15 +12,30 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from gpuvalues import yamlio
 from gpuvalues.errors import Finding, SpecError
-from gpuvalues.fleet import sizing
+from gpuvalues.fleet import producers, sizing
 from gpuvalues.fleet.layout import DEFAULT_DEVICE_PLUGIN_CONFIG, Layout
 from gpuvalues.fleet.placement import Placement, spec_error
 from gpuvalues.fleet.spec import Spec
 from gpuvalues.planners import deviceplugin, topology
 from gpuvalues.yamlio import format_path
 
-__all__ = ["Release", "platform_release", "workload_release", "split_image"]
+__all__ = ["Release", "platform_release", "workload_release", "split_image", "gpu_operator_release",
+           "GPU_OPERATOR_CHART", "GPU_OPERATOR_VERSION"]
+
+# The NVIDIA GPU Operator's Helm chart, at the version whose values and ClusterPolicy CRD
+# tests/chart/test_gpu_operator.py checks (tests/chart/data/gpu-operator-v26.7.0).
+GPU_OPERATOR_REPO = "https://helm.ngc.nvidia.com/nvidia"
+GPU_OPERATOR_CHART = "nvidia/gpu-operator"
+GPU_OPERATOR_VERSION = "v26.7.0"
+# The ConfigMaps the operator chart creates from our values (devicePlugin.config,
+# migManager.config: templates/plugin_config.yaml, mig_config.yaml).
+OPERATOR_DEVICE_PLUGIN_CONFIGMAP = "gpu-inference-device-plugin-configs"
+OPERATOR_MIG_CONFIGMAP = "gpu-inference-mig-parted-config"
+# mig-manager's config for MIG-capable nodes without nvidia.com/mig.config (the operator's
+# values.yaml migManager.config.default); it must be a config of the ConfigMap.
+ALL_DISABLED = "all-disabled"
 
 
 @dataclass(frozen=True)
@@ -213,6 +228,56 @@ def _config_of(placement: Placement, layout: Layout) -> str | None:
     return None
 
 
+def _gfd_wanted(spec: Spec, workloads: Sequence[Release]) -> bool:
+    """GFD whenever a workload's pods select a label only GFD produces, unless the spec says
+    false (validate then names the missing producer, GV021)."""
+    if spec.platform.gpu_feature_discovery is not None:
+        return spec.platform.gpu_feature_discovery
+    return any(producers.producer_of(k) == producers.GFD for r in workloads
+               for k in producers.required_node_labels(r.values))
+
+
+def gpu_operator_release(spec: Spec, layout: Layout | None, workloads: Sequence[Release]
+                         ) -> Release | None:
+    """With `platform.gpuOperator`, the values of NVIDIA's gpu-operator chart
+    (GPU_OPERATOR_VERSION; its values.yaml and templates/clusterpolicy.yaml name the keys):
+    its device plugin and mig-manager use the fleet's configs, which the chart creates as
+    ConfigMaps (`config.create`), its GFD and DCGM exporter follow the spec, and its NFD is
+    off when the cluster has one (`cluster.nfd: present`). None without the operator."""
+    p = spec.platform
+    if not p.gpu_operator:
+        return None
+    configs = {"default": DEFAULT_DEVICE_PLUGIN_CONFIG, **(dict(layout.device_plugin_configs) if layout else {})}
+    strategies = {c.get("flags", {}).get("migStrategy", "none") for c in configs.values()} - {"none"}
+    device_plugin: dict = {"enabled": p.device_plugin, "config": {
+        "create": True, "name": OPERATOR_DEVICE_PLUGIN_CONFIGMAP, "default": "default",
+        "data": {name: yamlio.dump(cfg) for name, cfg in configs.items()}}}
+    mig_manager: dict = {"enabled": bool(layout and layout.mig_parted)}
+    if layout and layout.mig_parted:
+        mig = {"version": layout.mig_parted["version"],
+               "mig-configs": {ALL_DISABLED: [{"devices": "all", "mig-enabled": False}],
+                               **layout.mig_parted["mig-configs"]}}
+        mig_manager["config"] = {"create": True, "name": OPERATOR_MIG_CONFIGMAP,
+                                 "default": ALL_DISABLED, "data": {"config.yaml": yamlio.dump(mig)}}
+    values = {
+        "nfd": {"enabled": spec.nfd == "deploy"},
+        # the cluster-wide strategy GFD and the device plugin start with; each named config's
+        # flags.migStrategy then applies on its nodes
+        "mig": {"strategy": "single" if strategies == {"single"} else "mixed"},
+        "devicePlugin": device_plugin,
+        "gfd": {"enabled": _gfd_wanted(spec, workloads)},
+        "migManager": mig_manager,
+        "dcgmExporter": {"enabled": p.dcgm_exporter,
+                         "serviceMonitor": {"enabled": p.service_monitor}},
+    }
+    decisions = (f"the NVIDIA GPU Operator chart {GPU_OPERATOR_CHART} {GPU_OPERATOR_VERSION} runs the "
+                 "device plugin with every node group's config, GFD, mig-manager with the plan's "
+                 "mig-parted config and the DCGM exporter",)
+    return Release("gpu-operator", "gpu-operator", values, None, decisions,
+                   {"chart": GPU_OPERATOR_CHART, "version": GPU_OPERATOR_VERSION,
+                    "repo": GPU_OPERATOR_REPO})
+
+
 def platform_release(spec: Spec, layout: Layout | None, workloads: Sequence[Release]) -> Release:
     """The platform release: every part the spec asks for, once, for the whole fleet."""
     p = spec.platform
@@ -228,10 +293,16 @@ def platform_release(spec: Spec, layout: Layout | None, workloads: Sequence[Rele
     # No device plugin when every node opts out of it (a DRA-only fleet).
     plugin_nodes = layout is None or not layout.node_groups or any(
         g.labels.get(deviceplugin.DEPLOY_LABEL) != "false" for g in layout.node_groups)
+    gfd = _gfd_wanted(spec, workloads)
+    # mig-manager wherever mig-parted manages a pool: it applies the plan's MIG layouts and
+    # also turns MIG off on the GPUs the plan keeps whole (they may come with MIG on)
+    mig_enabled = bool(layout and layout.mig_parted)
     platform: dict = {
         "gpuOperator": p.gpu_operator,
         "devicePlugin": {"enabled": own and p.device_plugin and plugin_nodes},
-        "gfd": {"enabled": own and p.gpu_feature_discovery},
+        "gfd": {"enabled": own and gfd},
+        "nfd": {"enabled": own and spec.nfd == "deploy"},
+        "migManager": {"enabled": own and mig_enabled},
         "dcgmExporter": {"enabled": own and p.dcgm_exporter},
         "prometheusAdapter": {"enabled": adapter},
         "alerts": {"enabled": p.alerts, "gpuRules": True},
@@ -244,6 +315,9 @@ def platform_release(spec: Spec, layout: Layout | None, workloads: Sequence[Rele
     if configs and platform["devicePlugin"]["enabled"]:
         platform["devicePlugin"]["config"] = {"map": {"default": DEFAULT_DEVICE_PLUGIN_CONFIG,
                                                       **configs}}
+    if platform["migManager"]["enabled"]:
+        # the plan's mig-parted config; each node group's nvidia.com/mig.config selects one
+        platform["migManager"]["config"] = dict(layout.mig_parted)
     if p.service_monitor and platform["dcgmExporter"]["enabled"]:
         platform["dcgmExporter"]["serviceMonitor"] = {"enabled": True}
     decisions = [f"platform release {p.release_name} in {p.namespace}: "

@@ -16,6 +16,12 @@ from gpuvalues.errors import Finding, SpecError
 from gpuvalues.kube import kube_minor
 
 SHARING_MODES = ("auto", "whole", "mig", "time-slicing", "mps", "dra")
+# The node label that names a node's pool when the spec gives no nodeSelector (nodes carry
+# it from day 0, as a cloud's node-pool label), and the one the printed install order puts
+# on each node it assigns to a node group (so a rerun assigns no node twice).
+POOL_LABEL = "gpu-inference.io/node-pool"
+GROUP_LABEL = "gpu-inference.io/node-group"
+NFD_MODES = ("deploy", "present")
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,13 @@ class NodePool:
     mig: bool = False
     topology: Topology | None = None
     price_per_gpu_hour: float | None = None
+    node_selector: tuple[tuple[str, str], ...] = ()   # day-0 labels; () = POOL_LABEL: name
+
+    @property
+    def selector(self) -> dict[str, str]:
+        """The labels that pick this pool's nodes on a bare cluster (`nodeSelector`, else
+        `POOL_LABEL: <name>`); the printed install order labels node groups among them."""
+        return dict(self.node_selector) or {POOL_LABEL: self.name}
 
     @property
     def gpus(self) -> int:
@@ -147,7 +160,7 @@ class Platform:
 
     gpu_operator: bool = False
     device_plugin: bool = True
-    gpu_feature_discovery: bool = False
+    gpu_feature_discovery: bool | None = None   # None: on when a workload selects its labels
     dcgm_exporter: bool = True
     prometheus_adapter: bool = True
     alerts: bool = True
@@ -168,6 +181,7 @@ class Spec:
     kubernetes_version: str = "1.34.0"
     memory_headroom: float = 0.05
     gateway: Gateway | None = None
+    nfd: str = "deploy"                     # cluster.nfd: NFD_MODES
     loaded: yamlio.Loaded | None = field(default=None, compare=False, repr=False)
     warnings: tuple[Finding, ...] = ()
 
@@ -242,7 +256,8 @@ def from_data(data: dict, *, base_dir: Path = Path("."), loaded: yamlio.Loaded |
             topo = Topology(file=(base_dir / t["file"]) if "file" in t else None,
                             label=t.get("label"))
         pools.append(NodePool(p["name"], p["gpu"], p["gpusPerNode"], p["nodes"],
-                              bool(p.get("mig", False)), topo, p.get("pricePerGpuHour")))
+                              bool(p.get("mig", False)), topo, p.get("pricePerGpuHour"),
+                              tuple(sorted((p.get("nodeSelector") or {}).items()))))
     workloads = []
     for w in data["workloads"]:
         slo = w.get("slo", {})
@@ -271,7 +286,7 @@ def from_data(data: dict, *, base_dir: Path = Path("."), loaded: yamlio.Loaded |
                                 a.get("target"), a.get("minReplicas"), a.get("maxReplicas"),
                                 a.get("prometheusAddress")),
         platform=Platform(pl.get("gpuOperator", False), pl.get("devicePlugin", True),
-                          pl.get("gpuFeatureDiscovery", False), pl.get("dcgmExporter", True),
+                          pl.get("gpuFeatureDiscovery"), pl.get("dcgmExporter", True),
                           pl.get("prometheusAdapter", True), pl.get("alerts", True),
                           pl.get("serviceMonitor", False), pl.get("namespace", "gpu-platform"),
                           pl.get("releaseName", "gpu-platform")),
@@ -279,6 +294,7 @@ def from_data(data: dict, *, base_dir: Path = Path("."), loaded: yamlio.Loaded |
         gateway=Gateway(g["name"], g.get("namespace"), g.get("sectionName"))
         if (g := data.get("gateway")) else None,
         kubernetes_version=_kube_version(data.get("kubernetesVersion", "1.34.0")),
+        nfd=data["cluster"].get("nfd", "deploy"),
         loaded=loaded)
 
 

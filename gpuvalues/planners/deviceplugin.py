@@ -34,6 +34,18 @@ CONFIG_LABEL = "nvidia.com/device-plugin.config"
 # NVIDIA's DRA driver and the device plugin must not run on one node, both would hand out
 # the same GPUs (the GPU Operator refuses enabling both).
 DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+# What every container that gets a GPU from the plugin is started with. Since v0.19 the
+# plugin's own defaults are true (cmd/nvidia-device-plugin/main.go --gds-enabled,
+# --mofed-enabled, --gdrcopy-enabled), so each Allocate response sets NVIDIA_GDS,
+# NVIDIA_MOFED and NVIDIA_GDRCOPY=enabled (internal/plugin/server.go getAllocateResponse)
+# and the container toolkit then injects GPUDirect Storage, MOFED and GDRCopy from the
+# host. Every pool gpuvalues plans serves models on one node: the weights come through
+# the page cache (no GPUDirect Storage) and tensor parallelism stays on NVLink (no
+# RDMA, so neither MOFED nor GDRCopy); most GPU nodes do not even have those host parts.
+# So every config says false, explicitly (a config's flag wins over the plugin's default:
+# api/config/v1/flags.go updateFromCLIFlag). A pool with GPUDirect hardware and
+# multi-node workloads would set them true in its own named config.
+CONTAINER_FEATURES = {"gdsEnabled": False, "mofedEnabled": False, "gdrcopyEnabled": False}
 # What DRA pods claim instead: whole GPUs of the DRA driver's DeviceClass (NVIDIA
 # k8s-dra-driver-gpu; the chart's gpu.dra.deviceClassName default). fit counts them.
 DRA_GPU_CLASS = "gpu.nvidia.com"
@@ -394,7 +406,7 @@ def build_device_plugin_config(*, mig_strategy: str = "none", sharing: str | Non
     otherwise, so a pod asking for 2 replicas fails fast instead of getting two slices
     of one GPU (NVIDIA/k8s-device-plugin#491).
     """
-    cfg: dict[str, Any] = {"version": VERSION, "flags": {"migStrategy": mig_strategy}}
+    cfg: dict[str, Any] = {"version": VERSION, "flags": {"migStrategy": mig_strategy, **CONTAINER_FEATURES}}
     if sharing is not None:
         if sharing not in ("time-slicing", "mps"):
             raise DevicePluginConfigError(f"sharing must be time-slicing or mps, got {sharing!r}", field="sharing")

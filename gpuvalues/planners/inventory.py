@@ -368,7 +368,8 @@ def gpu_info_from_labels(labels: Mapping[str, str], allocatable: Mapping[str, in
         mig_capable=None if mig_capable is None else mig_capable == "true",
         mig_strategy=strategy if strategy in ("none", "single", "mixed") else "none",
         mig_profiles=profiles,
-        replicas=_int_label(labels, "nvidia.com/gpu.replicas", least=1) or 1,
+        # GFD labels MIG-mixed nodes nvidia.com/gpu.replicas=0 (the e2e fleet's upstream GFD)
+        replicas=_int_label(labels, "nvidia.com/gpu.replicas", least=0) or 1,
         sharing_strategy=labels.get("nvidia.com/gpu.sharing-strategy", "none"),
     )
 

@@ -217,7 +217,7 @@ def test_validation_yaml_renders_no_object(helm4):
 
 def test_the_node_daemonsets_share_one_header():
     daemonsets = [p for p in TEMPLATES.glob("*-daemonset.yaml")]
-    assert len(daemonsets) == 4
+    assert len(daemonsets) == 6
     for p in daemonsets:
         text = p.read_text()
         assert text.count('include "gpu-inference.platform.daemonSetHeader"') == 1, p.name

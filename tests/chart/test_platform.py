@@ -34,6 +34,7 @@ from tests.conftest import CHART, run
 PLATFORM_SCENARIOS = sorted(p.name[: -len("-values.yaml")] for p in SCENARIO_DIR.glob("platform-*-values.yaml"))
 NS = "inference"
 COMPONENTS = {"device-plugin", "mps-control-daemon", "gpu-feature-discovery", "dcgm-exporter", "prometheus-adapter",
+              "nfd-master", "nfd-worker", "mig-manager",
               "gpu-alerts"}
 SM_API = "monitoring.coreos.com/v1/ServiceMonitor"
 RULE_API = "monitoring.coreos.com/v1/PrometheusRule"
@@ -122,7 +123,8 @@ def test_platform_on_renders_every_part():
 
 def test_gpu_operator_turns_off_the_parts_it_runs():
     got = kinds_by_component(objs("helm", "platform-gpuoperator", (SM_API, RULE_API)))
-    assert not any(c in {"device-plugin", "mps-control-daemon", "gpu-feature-discovery", "dcgm-exporter"}
+    assert not any(c in {"device-plugin", "mps-control-daemon", "gpu-feature-discovery", "dcgm-exporter",
+                         "nfd-master", "nfd-worker", "mig-manager"}
                    for _, c in got), got
     assert ("Deployment", "prometheus-adapter") in got and ("PrometheusRule", "gpu-alerts") in got
 
@@ -138,8 +140,9 @@ def test_one_resource_per_template_file_named_by_kind():
                 continue
             seen.setdefault(m.group(1), set()).add((obj["kind"], obj["metadata"]["name"]))
     platform = {f: objs for f, objs in seen.items() if f.startswith(
-        ("device-plugin-", "gpu-feature-discovery-", "dcgm-exporter-", "prometheus-adapter-", "prometheusrule"))}
-    assert len(platform) >= 20, sorted(platform)
+        ("device-plugin-", "gpu-feature-discovery-", "dcgm-exporter-", "prometheus-adapter-", "prometheusrule",
+         "nfd-", "mig-manager-"))}
+    assert len(platform) >= 36, sorted(platform)
     for f, objs in platform.items():
         assert len(objs) == 1, (f, objs)
         ((kind, _),) = objs
@@ -161,7 +164,7 @@ def test_workload_selectors_never_select_platform_pods():
     objects = objs("helm", "platform-on")
     pod_labels = [o["spec"]["template"]["metadata"]["labels"] for o in platform_objs(objects)
                   if o["kind"] in ("DaemonSet", "Deployment")]
-    assert len(pod_labels) == 4
+    assert len(pod_labels) == 6
     for o in objects:
         if component(o) in COMPONENTS:
             continue
@@ -230,9 +233,15 @@ def test_configmap_configs_pass_the_device_plugin_rules(name):
     values = yaml.safe_load(scenario_file(name).read_text())
     cm = one(objs("helm", name), "ConfigMap", "device-plugin")
     configs = {k: yaml.safe_load(v) for k, v in cm["data"].items()}
-    expected = (values["platform"]["devicePlugin"].get("config", {}).get("map")
-                or {"default": {"version": "v1", "flags": {"migStrategy": "none"}}})
+    # Helm merges the scenario's map into the chart's default one: its `default` keeps the
+    # chart default's flags (the container features off) unless the scenario sets them
+    expected = copy.deepcopy(yaml.safe_load((CHART / "values.yaml").read_text())["platform"]
+                             ["devicePlugin"]["config"]["map"])
+    for key, cfg in (values["platform"]["devicePlugin"].get("config", {}).get("map") or {}).items():
+        expected[key] = {**expected.get(key, {}), **cfg,
+                         "flags": {**expected.get(key, {}).get("flags", {}), **cfg.get("flags", {})}}
     assert configs == expected
+    assert configs["default"]["flags"]["gdsEnabled"] is False
     for key, cfg in configs.items():
         validate_device_plugin_config(cfg, source=f"{cm['metadata']['name']}:{key}")
     ds = one(objs("helm", name), "DaemonSet", "device-plugin")
@@ -523,12 +532,14 @@ def _terms(ds: dict) -> list[dict]:
 def test_device_plugin_daemonsets_skip_opted_out_nodes(helm4, label):
     """Nodes labelled nvidia.com/gpu.deploy.device-plugin=false (the GPU Operator's label;
     gpuvalues sets it on DRA pools) run no device plugin and no MPS control daemon: the
-    opt-out is ANDed into every ORed GPU-node term. GFD and the DCGM exporter still run."""
+    opt-out is ANDed into every ORed GPU-node term. GFD and the DCGM exporter still run
+    (they have opt-out labels of their own). paused-for-mig-change is out too: mig-manager
+    pauses a GPU client with it (mig-parted pkg/mig/reconfigure/reconfigure.go maybeSetPaused)."""
     mps = {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
     objects = render(helm4, values={"platform": {
         "devicePlugin": {"enabled": True, "nodeOptOutLabel": label, "config": {"map": {"default": mps}}},
-        "gfd": {"enabled": True}, "dcgmExporter": {"enabled": True}}})
-    opt_out = {"key": label, "operator": "NotIn", "values": ["false"]}
+        "gfd": {"enabled": True, "nodeOptOutLabel": ""}, "dcgmExporter": {"enabled": True, "nodeOptOutLabel": ""}}})
+    opt_out = {"key": label, "operator": "NotIn", "values": ["false", "paused-for-mig-change"]}
     for comp in ("device-plugin", "mps-control-daemon", "gpu-feature-discovery", "dcgm-exporter"):
         terms = _terms(one(objects, "DaemonSet", comp))
         assert len(terms) == 3, comp

@@ -26,7 +26,9 @@ COMPARED = {
                     "dcgm-exporter": "dcgm-exporter", "prometheus-adapter": "prometheus-adapter"},
     "platform-mig-sharing": {"device-plugin": "device-plugin-multiple-configs",
                              "gpu-feature-discovery": "gpu-feature-discovery",
-                             "mps-control-daemon": "mps-control-daemon"},
+                             "mps-control-daemon": "mps-control-daemon",
+                             "nfd-master": "nfd-master", "nfd-worker": "nfd-worker",
+                             "mig-manager": "mig-manager"},
 }
 
 
@@ -130,8 +132,10 @@ def test_least_privilege_where_upstream_runs_it(helm, scenario):
         for c in _containers(o):
             sc = c.get("securityContext", {})
             if sc.get("privileged"):
-                # GFD and the MPS daemon run privileged upstream too (vGPU info, MPS mounts).
-                assert c["name"] in {"gpu-feature-discovery", "mps-control-daemon", "mps-mounts"}, c["name"]
+                # GFD, the MPS daemon and mig-manager run privileged upstream too (vGPU
+                # info, MPS mounts; MIG mode changes and host reboots).
+                assert c["name"] in {"gpu-feature-discovery", "mps-control-daemon", "mps-mounts",
+                                     "nvidia-mig-manager"}, c["name"]
                 continue
             assert sc.get("allowPrivilegeEscalation") is False, (o["metadata"]["name"], c["name"])
             assert sc["capabilities"]["drop"] == ["ALL"], (o["metadata"]["name"], c["name"])

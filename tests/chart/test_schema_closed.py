@@ -52,6 +52,13 @@ ESCAPE_HATCHES = {
     "extraRules/items/properties/seriesFilters/items": "prometheus-adapter's own rule objects, passed verbatim",
     "extraRules/items/properties/resources": "prometheus-adapter's own rule objects, passed verbatim",
     "extraRules/items/properties/name": "prometheus-adapter's own rule objects, passed verbatim",
+    "#/properties/platform/properties/nfd/properties/worker/properties/config/properties/core":
+        "nfd-worker.conf's own core section, passed verbatim (node-feature-discovery pkg/nfd-worker)",
+    "#/properties/platform/properties/nfd/properties/worker/properties/config/properties/sources":
+        "nfd-worker.conf's feature sources, passed verbatim (node-feature-discovery source/*)",
+    "#/properties/platform/properties/migManager/properties/config/properties/mig-configs":
+        "config name -> mig-parted entries (each entry closed)",
+    "mig-configs/additionalProperties/items/properties/mig-devices": "MIG profile -> instance count",
 }
 # Keywords whose subschemas are predicates over a node already checked, not value nodes.
 PREDICATES = {"if", "then", "else", "not"}

@@ -88,11 +88,17 @@ class Exporter(http.server.ThreadingHTTPServer):
     for a server's own metrics such as vllm:num_requests_waiting). The one fake: no GPU
     and no model server runs here. `series` maps (namespace, pod) -> {series: (type,
     value)}: a gauge's value, or a counter's rate per second (it grows linearly from the
-    moment it is set, so `rate()` over it is that value)."""
+    moment it is set, so `rate()` over it is that value).
 
-    def __init__(self):
+    With `dcgm_nodes` (the day-1 test: tests/e2e/nodeagent.py NodeAgents.dcgm_nodes) the
+    DCGM_* series of a pod are served only while a DCGM exporter pod is Running on the
+    pod's node (`node_of`), as only that exporter could report its GPUs."""
+
+    def __init__(self, dcgm_nodes=None):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.series: dict[tuple[str, str], dict[str, tuple[str, float]]] = {}
+        self.node_of: dict[tuple[str, str], str] = {}
+        self.dcgm_nodes = dcgm_nodes
         self.lock = threading.Lock()
         self.t0 = time.monotonic()
 
@@ -105,8 +111,11 @@ class Exporter(http.server.ThreadingHTTPServer):
         elapsed = time.monotonic() - self.t0
         with self.lock:
             items = sorted(self.series.items())
+        exporting = self.dcgm_nodes() if self.dcgm_nodes is not None else None
         for (ns, pod), values in items:
             for name, (kind, value) in sorted(values.items()):
+                if exporting is not None and name.startswith("DCGM_") and self.node_of.get((ns, pod)) not in exporting:
+                    continue
                 if name not in typed:
                     typed.add(name)
                     lines.append(f"# TYPE {name} {kind}")

@@ -1,4 +1,12 @@
-"""Multi-workload fleets end to end on the real control plane (issue 12, issue 13 item 7).
+"""Fleets end to end on the real control plane from injected nodes (issue 12, issue 13
+item 7): what the day-1 test (tests/e2e/test_day1.py, bare nodes and the node agents,
+issue 22) cannot run yet. Every other example fleet moved there; these stay:
+
+- dra-fleet: its devices come from the NVIDIA DRA driver's ResourceSlices, which neither
+  kwok nor the node-agent emulator runs (e2elib.dra_objects stands in);
+- rtx4090-time-slicing and nvlink-tp8: one-workload specs, printed as one combined
+  release, which test_day1's platform checks do not read yet;
+- the negative control of a node group without its device-plugin config label.
 
 For each example spec: a fresh control plane (etcd, kube-apiserver, kube-controller-manager
 with the real HPA controller, kube-scheduler; kwok plays the kubelets) whose only nodes are
@@ -17,8 +25,7 @@ The platform release and every workload release are installed with the real Helm
    against a real Prometheus that scrapes a test-served exporter (the one fake: no GPU or
    model server here), must feed every HPA of every workload: ScalingActive True and
    currentMetrics equal to what the exporter serves;
-3. the time-sliced (renamed and not) and MPS fleets are among the examples;
-4. negative control: the same time-slicing fleet with the renamed node group's
+3. negative control: the same time-slicing fleet with the renamed node group's
    device-plugin config label removed leaves that group's workload Pending.
 
 A fresh cluster per example keeps examples independent (nodes, the one
@@ -39,19 +46,15 @@ from tests.e2e import e2elib, fleetlib
 from tests.e2e import fleet as gpu_fleet
 from tests.e2e.conftest import Kube, harness
 
-#: the multi-workload examples, rtx4090-time-slicing (issue 12's unschedulable -SHARED
-#: example) and nvlink-tp8 (8-GPU replicas on the NVLink topology label); keda-fleet has
-#: no HPA to read (KEDA's operator does not run here: its workloads are scaled to
-#: maxReplicaCount directly) and spans namespaces. single-a100 and keda (one whole-GPU
-#: workload, as tests/e2e/test_scenarios.py runs) are left out to keep the file under
-#: ~4 minutes (~20 s each). dra-fleet's ResourceSlices are what the NVIDIA DRA driver
-#: would publish (e2elib.dra_objects: the driver cannot run here); its nodes run no
-#: device plugin.
-EXAMPLES = ["mixed-a100-h100-mig", "mig-and-tp-one-pool", "time-slicing-renamed-and-not",
-            "mps-two-models", "mixed-a100-h100-h200", "keda-fleet", "rtx4090-time-slicing",
-            "nvlink-tp8", "dra-fleet"]
+#: rtx4090-time-slicing (issue 12's unschedulable -SHARED example) and nvlink-tp8 (8-GPU
+#: replicas on the NVLink topology label): one-workload specs (one combined release);
+#: dra-fleet's ResourceSlices are what the NVIDIA DRA driver would publish
+#: (e2elib.dra_objects: the driver cannot run here); its nodes run no device plugin. The
+#: multi-workload examples run from bare nodes in test_day1.py.
+EXAMPLES = ["rtx4090-time-slicing", "nvlink-tp8", "dra-fleet"]
 
-#: the example whose adapter is also run without one rule (the negative control of step 2)
+#: the example whose adapter is also run without one rule (the negative control of step 2,
+#: run by test_day1.py, which covers this example)
 ADAPTER_CONTROL = "mixed-a100-h100-mig"
 
 #: What the exporter serves for each metric name the adapter can serve (its series, as
@@ -116,7 +119,7 @@ def fleet_cluster(helm4):
         fc.close()
 
 
-def _wire_adapter(fc: FleetCluster, prometheus_bin: str, tmp_path):
+def _wire_adapter(fc: FleetCluster, prometheus_bin: str, tmp_path, dcgm_nodes=None):
     """Start Prometheus + the real adapter with the platform release's installed rules;
     point the release's APIService at it. Returns the exporter, {served name: series},
     the rules' YAML and restart(rules_yaml) (the adapter again with other rules)."""
@@ -128,7 +131,7 @@ def _wire_adapter(fc: FleetCluster, prometheus_bin: str, tmp_path):
     [api] = fleetlib.installed(kube, platform, "apiservice")
     rules = tmp_path / "adapter-rules.yaml"
     rules.write_text(cm["data"]["config.yaml"])
-    exporter = fleetlib.Exporter()
+    exporter = fleetlib.Exporter(dcgm_nodes)
     fc.exporters.append(exporter)
     threading.Thread(target=exporter.serve_forever, daemon=True).start()
     prom = fleetlib.start_prometheus(cluster, prometheus_bin, exporter, tmp_path)
@@ -174,11 +177,13 @@ def _pods_by_workload(fc: FleetCluster) -> dict[str, list[dict]]:
 
 def _opted_out(ds: dict, node: dict) -> bool:
     """The node carries a label the DaemonSet's node affinity excludes with NotIn (the
-    device plugin's opt-out): the scheduler then places no pod there."""
+    device plugin's opt-out), or lacks one it requires with Exists (mig-manager's
+    nvidia.com/mig.config): the scheduler then places no pod there."""
     terms = (ds["spec"]["template"]["spec"].get("affinity", {}).get("nodeAffinity", {})
              .get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", []))
     labels = node["metadata"]["labels"]
-    return any(e["operator"] == "NotIn" and labels.get(e["key"]) in e["values"]
+    return any((e["operator"] == "NotIn" and labels.get(e["key"]) in e["values"])
+               or (e["operator"] == "Exists" and e["key"] not in labels)
                for t in terms for e in t.get("matchExpressions", []))
 
 
@@ -189,13 +194,6 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
     fc = fleet_cluster(fleet)
     kube = fc.kube
     want = _install_at_max(fc)
-    adapter_on = fleet.platform.values["platform"]["prometheusAdapter"]["enabled"]
-    hpa_workloads = [r for r in fleet.workloads if r.values["autoscaling"]["engine"] == "hpa"]
-    exporter = None
-    if adapter_on:
-        exporter, series, rules_yaml, restart = _wire_adapter(fc, prometheus_bin, tmp_path)
-    else:
-        assert not hpa_workloads, "HPA workloads but no adapter in the platform release"
 
     # 1. every pod of every workload Running at maxReplicas, none Pending
     def all_running():
@@ -269,6 +267,25 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
             if p["status"].get("phase") == "Running"} == admitted, timeout=60)
 
     # 2. the platform's one adapter serves every HPA's metric, read by the real HPA controller
+    check_hpas(fc, prometheus_bin, tmp_path, pods, want, adapter_control=example == ADAPTER_CONTROL)
+    print(f"{example}: {sum(want.values())} pods at max in {time.monotonic() - t0:.1f} s")
+
+
+def check_hpas(fc, prometheus_bin: str, tmp_path, pods: dict, want: dict, *, adapter_control: bool = False,
+               dcgm_nodes=None) -> None:
+    """Step 2 of the fleet tests: Prometheus and the real adapter with the platform
+    release's installed rules; every HPA reads what the exporter serves for its pods
+    (with `dcgm_nodes`, DCGM series only for pods on nodes running the DCGM exporter);
+    `adapter_control`: then the adapter without the vLLM rule starves exactly
+    llama-70b's HPA. `pods`: workload -> its Running pods; `want`: workload -> replicas."""
+    fleet, kube = fc.fleet, fc.kube
+    adapter_on = fleet.platform.values["platform"]["prometheusAdapter"]["enabled"]
+    hpa_workloads = [r for r in fleet.workloads if r.values["autoscaling"]["engine"] == "hpa"]
+    exporter = None
+    if adapter_on:
+        exporter, series, rules_yaml, restart = _wire_adapter(fc, prometheus_bin, tmp_path, dcgm_nodes)
+    else:
+        assert not hpa_workloads, "HPA workloads but no adapter in the platform release"
     if exporter is not None:
         expected: dict[str, dict[str, float]] = {}
         with exporter.lock:
@@ -281,6 +298,7 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
                 assert not unknown, f"add {unknown} to SERVED (what the exporter serves for it)"
                 expected[r.workload] = {n: SERVED[n][1] for n in names}
                 for pod in pods[r.workload]:
+                    exporter.node_of[r.namespace, pod["metadata"]["name"]] = pod["spec"].get("nodeName", "")
                     exporter.series[r.namespace, pod["metadata"]["name"]] = {
                         k: v for n in names for k, v in SERVED[n][0].items()}
 
@@ -307,7 +325,7 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
         # still at max: the served values are below target, and minReplicas holds the floor
         assert {w: len(ps) for w, ps in _pods_by_workload(fc).items()} == want
 
-        if example == ADAPTER_CONTROL:
+        if adapter_control:
             # Negative control of the check above (issue 12's bug: an adapter whose rules
             # serve only some workloads' metrics): the same adapter without the vLLM rule.
             # llama-70b's HPA must lose its metric, the MIG workloads' HPAs keep theirs.
@@ -324,7 +342,6 @@ def test_fleet_schedules_at_max_and_every_hpa_reads_its_metric(example, fleet_cl
                     for c in got["llama-70b"][0] or [])
             e2elib.wait("llama-70b's HPA without a metric once its rule is gone, the others reading",
                           only_vllm_unserved, timeout=60, interval=1)
-    print(f"{example}: {sum(want.values())} pods at max in {time.monotonic() - t0:.1f} s")
 
 
 def test_negative_control_group_without_device_plugin_config_stays_pending(fleet_cluster):

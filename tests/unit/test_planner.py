@@ -310,7 +310,8 @@ def test_whole_pool_on_mig_gpu_turns_mig_off():
     entries = p.mig_parted_config["mig-configs"]["h"]
     assert entries == [{"devices": "all", "mig-enabled": False}]
     assert p.node_labels["h"] == {"nvidia.com/mig.config": "h", "nvidia.com/device-plugin.config": "h"}
-    assert p.device_plugin_configs["h"] == {"version": "v1", "flags": {"migStrategy": "none"}}
+    assert p.device_plugin_configs["h"] == {"version": "v1", "flags": {"migStrategy": "none",
+                                                                       **deviceplugin.CONTAINER_FEATURES}}
 
 
 def test_plan_warns_when_placements_are_derived():

@@ -143,10 +143,10 @@ def test_strategy_and_builder():
     assert deviceplugin.sharing_strategy(MPS) == "mps"
     assert deviceplugin.sharing_strategy({"version": "v1"}) == "none"
     cfg = deviceplugin.build_device_plugin_config(sharing="time-slicing", replicas=3)
-    assert cfg == {"version": "v1", "flags": {"migStrategy": "none"}, "sharing": {"timeSlicing": {
+    assert cfg == {"version": "v1", "flags": {"migStrategy": "none", **deviceplugin.CONTAINER_FEATURES}, "sharing": {"timeSlicing": {
         "failRequestsGreaterThanOne": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 3}]}}}
     mixed = deviceplugin.build_device_plugin_config(mig_strategy="mixed")
-    assert mixed == {"version": "v1", "flags": {"migStrategy": "mixed"}}
+    assert mixed == {"version": "v1", "flags": {"migStrategy": "mixed", **deviceplugin.CONTAINER_FEATURES}}
     with pytest.raises(DevicePluginConfigError, match="mixed is not supported with MPS"):
         deviceplugin.build_device_plugin_config(mig_strategy="mixed", sharing="mps", replicas=2)
     with pytest.raises(DevicePluginConfigError, match="maximum allowed replicas"):

@@ -35,6 +35,16 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{- if and .Values.platform.gfd.enabled (not .Values.platform.gpuOperator) }}true{{ end }}
 {{- end }}
 
+{{/* NFD: its master and worker, unless the cluster runs NFD already (the GPU Operator's, or its own). */}}
+{{- define "gpu-inference.platform.nfdEnabled" -}}
+{{- if and .Values.platform.nfd.enabled (not .Values.platform.gpuOperator) }}true{{ end }}
+{{- end }}
+
+{{/* mig-manager (the GPU Operator runs its own, configured by its ClusterPolicy). */}}
+{{- define "gpu-inference.platform.migManagerEnabled" -}}
+{{- if and .Values.platform.migManager.enabled (not .Values.platform.gpuOperator) }}true{{ end }}
+{{- end }}
+
 {{- define "gpu-inference.platform.dcgmExporterEnabled" -}}
 {{- if and .Values.platform.dcgmExporter.enabled (not .Values.platform.gpuOperator) }}true{{ end }}
 {{- end }}
@@ -72,14 +82,24 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 
 {{/*
 GPU node placement shared by the node DaemonSets. Args: dict root, optOut (a node label:
-nodes where it is "false" are left out, appended to every ORed term).
+nodes where it is "false", or "paused-for-mig-change" while mig-manager reconfigures the
+node, are left out; appended to every ORed term), require (more matchExpressions ANDed
+into every term), allNodes (no GPU node affinity: NFD's worker, which finds the GPUs that
+the affinity selects). mig-manager pauses a GPU client by setting its nvidia.com/gpu.deploy.*
+label to paused-for-mig-change and waits until its pod is gone from the node (NVIDIA/
+mig-parted v0.13.1 pkg/mig/reconfigure/reconfigure.go shutdownKubernetesGPUClients,
+maybeSetPaused, waitForPodsToBeDeleted); the DaemonSet controller deletes it once the
+node stops matching.
 */}}
 {{- define "gpu-inference.platform.nodePlacement" -}}
 {{- $terms := list }}
-{{- range .root.Values.platform.gpuNodeAffinity }}
+{{- range (ternary list .root.Values.platform.gpuNodeAffinity (default false .allNodes)) }}
 {{- $term := deepCopy . }}
 {{- if $.optOut }}
-{{- $_ := set $term "matchExpressions" (append (default list $term.matchExpressions) (dict "key" $.optOut "operator" "NotIn" "values" (list "false"))) }}
+{{- $_ := set $term "matchExpressions" (append (default list $term.matchExpressions) (dict "key" $.optOut "operator" "NotIn" "values" (list "false" "paused-for-mig-change"))) }}
+{{- end }}
+{{- with $.require }}
+{{- $_ := set $term "matchExpressions" (concat (default list $term.matchExpressions) .) }}
 {{- end }}
 {{- $terms = append $terms $term }}
 {{- end }}
@@ -276,7 +296,7 @@ The header every node DaemonSet shares, from `apiVersion` down to the pod spec's
 Args: dict root, component, serviceAccount (component whose ServiceAccount the pods use),
 annotations (pod template annotations, e.g. config checksums), shareProcessNamespace
 (config-manager signals the main process), podSpec (extra pod spec fields, e.g. nodeSelector),
-optOut (nodePlacement's).
+optOut, require and allNodes (nodePlacement's), appLabel (a pod label `app`, not in the selector).
 */}}
 {{- define "gpu-inference.platform.daemonSetHeader" -}}
 {{- $ctx := dict "root" .root "component" .component -}}
@@ -298,6 +318,10 @@ spec:
     metadata:
       labels:
         {{- include "gpu-inference.platform.selectorLabels" $ctx | nindent 8 }}
+        {{- with .appLabel }}
+        {{- /* the pod label mig-manager waits on (reconfigure.go waitForPodsToBeDeleted) */}}
+        app: {{ . }}
+        {{- end }}
       {{- with .annotations }}
       annotations:
         {{- toYaml . | nindent 8 }}
@@ -311,7 +335,7 @@ spec:
       {{- with .podSpec }}
       {{- toYaml . | nindent 6 }}
       {{- end }}
-      {{- include "gpu-inference.platform.nodePlacement" (dict "root" .root "optOut" .optOut) | nindent 6 }}
+      {{- include "gpu-inference.platform.nodePlacement" (dict "root" .root "optOut" .optOut "require" .require "allNodes" .allNodes) | nindent 6 }}
 {{- end }}
 
 {{/* "true" when a component's NetworkPolicy renders: its own `enabled`, or with null the
