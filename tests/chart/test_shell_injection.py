@@ -59,11 +59,20 @@ def interpreter_scripts(objects: list[dict]) -> list[tuple[str, dict, str]]:
     return out
 
 
+class QuotedDumper(yaml.SafeDumper):
+    """Every string double-quoted (YAML escapes): PyYAML leaves `N` bare, which Helm's
+    YAML 1.1 reads as false."""
+
+
+QuotedDumper.add_representer(
+    str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style='"'))
+
+
 def render_unchecked(values: dict, helm: str = "helm") -> list[dict]:
     """helm template with the schema off, so the templates alone are under test."""
     with tempfile.TemporaryDirectory() as tmp:
         f = Path(tmp) / "values.yaml"
-        f.write_text(yaml.safe_dump(values))
+        f.write_text(yaml.dump(values, Dumper=QuotedDumper))
         proc = subprocess.run(
             [HELMS[helm], "template", "gi", str(CHART), "--namespace", "inference",
              "--kube-version", "1.34.0", "--skip-schema-validation", "--values", str(f)],
