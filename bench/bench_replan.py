@@ -1,4 +1,4 @@
-"""Benchmark `milp.replan` (issue 17): re-plan after a load change with the fewest node changes.
+"""Benchmark `replan.replan` (issue 17): re-plan after a load change with the fewest node changes.
 
 Fleet and mix: bench_planner's 10-model mix on 4,096 GPUs (half A100-80GB, half H100-80GB-SXM,
 8 per node). The current layout is the optimal plan at the base demand, put on named nodes.
@@ -22,7 +22,8 @@ from dataclasses import replace
 
 from bench_planner import fleet, mix
 from benchlib import readme_section
-from gpuvalues.planners.milp import plan, replan
+from gpuvalues.planners.milp import plan
+from gpuvalues.planners.replan import replan
 from gpuvalues.planners.replan import CurrentLayout, CurrentNode
 
 

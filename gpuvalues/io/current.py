@@ -41,7 +41,7 @@ from gpuvalues.planners import mig
 from gpuvalues.planners.deviceplugin import CONFIG_LABEL
 from gpuvalues.planners.inventory import KIND as INVENTORY_KIND, Inventory
 from gpuvalues.planners.migparted import MIG_CONFIG_LABEL, validate_mig_parted_config
-from gpuvalues.planners.replan import CurrentLayout, CurrentNode
+from gpuvalues.planners.replan import CurrentLayout, CurrentNode, replan
 from gpuvalues.yamlio import Loaded, format_path, load_yaml, parse_field
 
 
@@ -251,7 +251,7 @@ def replanned(spec_path: str | Path, current_path: str | Path, *, gpu_slack: int
     spec_pools = {p.name: p for p in fleet.spec.node_pools}
     current = load_current(current_path, list(spec_pools.values()))
     current, notes, pools = _mig_part(current, pools, held, spec_pools)
-    result = milp.replan(demands, pools, current, gpu_slack=gpu_slack, max_node_changes=max_node_changes,
+    result = replan(demands, pools, current, gpu_slack=gpu_slack, max_node_changes=max_node_changes,
                          max_unavailable_per_pool=max_unavailable_per_pool, time_limit=time_limit)
     return result, list(fleet.decisions) + notes
 

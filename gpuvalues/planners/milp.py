@@ -223,7 +223,7 @@ class Plan:
 
 # --------------------------------------------------------------------------- inputs
 
-def _check_inputs(demands: Sequence[ModelDemand], pools: Sequence[NodePool]) -> None:
+def check_inputs(demands: Sequence[ModelDemand], pools: Sequence[NodePool]) -> None:
     if not demands:
         raise PlanError("no models to plan for: give at least one model with replicas or throughput")
     if not pools:
@@ -380,7 +380,7 @@ class _Model:
     weights: dict[tuple[int, str, int], float]             # (pool, itype, model) -> weight
 
 
-def _build(demands: Sequence[ModelDemand], pools: Sequence[NodePool], layout_rule: str) -> _Model:
+def build_model(demands: Sequence[ModelDemand], pools: Sequence[NodePool], layout_rule: str) -> _Model:
     modes, shared_r, itypes, layouts = [], [], [], []
     weights: dict[tuple[int, str, int], float] = {}
     for k, pool in enumerate(pools):
@@ -437,7 +437,7 @@ def _build(demands: Sequence[ModelDemand], pools: Sequence[NodePool], layout_rul
     return _Model(list(pools), modes, shared_r, itypes, layouts, weights)
 
 
-def _need(d: ModelDemand) -> float:
+def demand_need(d: ModelDemand) -> float:
     return float(d.replicas if d.replicas is not None else d.throughput)
 
 
@@ -684,7 +684,7 @@ def _solve(model: _Model, demands: Sequence[ModelDemand], costs: list[float], *,
             add_row(z + x, -inf, float(spare_built.get((k, it.name), 0.0)))
     for m, d in enumerate(demands):
         entries = [(col_index[("z", k, it, mm)], w) for (k, it, mm), w in model.weights.items() if mm == m]
-        add_row(entries, _need(d) if needs is None else needs[m], inf)
+        add_row(entries, demand_need(d) if needs is None else needs[m], inf)
     lp = rows.lp(cost, np.zeros(n), np.full(n, inf), integer=integer)
     status, info, sol, cert = run_highs(lp, integer=integer, time_limit=time_limit, rel_gap=rel_gap,
                                         abs_gap=abs_gap, start=start, lp_bound=lp_bound)
@@ -698,9 +698,9 @@ def _lp_bound(model, demands, costs, capacity=True):
     return float(info.objective_function_value)
 
 
-def _diagnose(model: _Model, demands: Sequence[ModelDemand], costs: list[float]) -> PlanError:
+def diagnose_infeasible(model: _Model, demands: Sequence[ModelDemand], costs: list[float]) -> PlanError:
     for m, d in enumerate(demands):
-        if _need(d) > 0 and not any(mm == m for (_, _, mm) in model.weights):
+        if demand_need(d) > 0 and not any(mm == m for (_, _, mm) in model.weights):
             sizes = []
             for k, pool in enumerate(model.pools):
                 its = model.itypes[k]
@@ -783,11 +783,11 @@ def _values(sol, cols):
     return x, z
 
 
-def _trim(z: dict, model: _Model, demands: Sequence[ModelDemand]) -> dict:
+def trim_solution(z: dict, model: _Model, demands: Sequence[ModelDemand]) -> dict:
     """Drop assignments beyond what each model needs (they become spare instances)."""
     z = dict(z)
     for m, d in enumerate(demands):
-        need = _need(d)
+        need = demand_need(d)
         items = sorted(((key, model.weights[key]) for key in z if key[2] == m), key=lambda kv: kv[1])
         total = sum(z[key] * w for key, w in items)
         for key, w in items:  # smallest contributions first
@@ -808,7 +808,7 @@ def _round_lp(model: _Model, demands: Sequence[ModelDemand], lp_sol: np.ndarray,
     col_index = {c: i for i, c in enumerate(cols)}
     val = np.floor(np.maximum(lp_sol, 0.0) + 1e-9)
     for m, d in enumerate(demands):
-        short = _need(d) - sum(w * val[col_index[("z",) + key]] for key, w in model.weights.items() if key[2] == m)
+        short = demand_need(d) - sum(w * val[col_index[("z",) + key]] for key, w in model.weights.items() if key[2] == m)
         if short <= 1e-9:
             continue
         # prefer the type the LP used most for this model, then the heaviest weight
@@ -866,7 +866,7 @@ def _round_residual(model: _Model, demands: Sequence[ModelDemand], costs: list[f
     needs = []
     for m, d in enumerate(demands):
         got = sum(w * val[col_index[("z",) + key]] for key, w in model.weights.items() if key[2] == m)
-        needs.append(max(0.0, _need(d) - got))
+        needs.append(max(0.0, demand_need(d) - got))
     caps = [model.pools[k].capacity - sum(val[col_index[("x", k, li)]] for li in range(len(keys)))
             for k, keys in enumerate(model.layouts)]
     if capacity and min(caps) < 0:
@@ -879,15 +879,15 @@ def _round_residual(model: _Model, demands: Sequence[ModelDemand], costs: list[f
     return val + np.round(sol)
 
 
-def _run(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capacity=True, rel_gap=0.0,
+def solve_model(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capacity=True, rel_gap=0.0,
          solver_layouts=True):
     """Solve one model: LP, LP rounding as a warm start, then the MIP within `time_limit`; the
     result is the better of the MIP's incumbent and the rounding (never worse than rounding).
     Returns (model, None) when infeasible, else (model, (status, info, sol, cols, secs, lp, extra))
     where extra has the objective, MIP bound and the rounding's objective."""
-    model = _build(demands, pools, layout_rule)
+    model = build_model(demands, pools, layout_rule)
     for m, d in enumerate(demands):
-        if _need(d) > 0 and not any(mm == m for (_, _, mm) in model.weights):
+        if demand_need(d) > 0 and not any(mm == m for (_, _, mm) in model.weights):
             return model, None
     integral = all(float(c).is_integer() for c in costs)
     t0 = time.perf_counter()
@@ -950,7 +950,7 @@ def _run(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capac
 
 # --------------------------------------------------------------------------- output
 
-def _assign_runs(slots: Sequence[tuple[str, int]], queues: dict[str, deque], count: int):
+def assign_runs(slots: Sequence[tuple[str, int]], queues: dict[str, deque], count: int):
     """Yield (instances-per-GPU models, repeat) for `count` identical GPUs whose instance types
     are `slots` [(itype, start)], consuming the run-length `queues` ({itype: deque([model, n])},
     None = spare). Identical GPUs are handled as counts: one step per change of assignment,
@@ -977,7 +977,7 @@ def _assign_runs(slots: Sequence[tuple[str, int]], queues: dict[str, deque], cou
         count -= repeat
 
 
-def _chunk_nodes(keys: Sequence[tuple[Any, int]], per_node: int) -> Counter:
+def chunk_nodes(keys: Sequence[tuple[Any, int]], per_node: int) -> Counter:
     """Nodes of `per_node` GPUs from (layout key, count) runs in order, as a Counter of
     device tuples (the last node padded with None); whole runs become node counts at once."""
     nodes: Counter = Counter()
@@ -1030,7 +1030,7 @@ def _pool_plans(model: _Model, demands, x, z) -> tuple[list[PoolPlan], dict, dic
             else:
                 (it, n), = key
                 slots = [(it, i) for i in range(n)]
-            for models, rep in _assign_runs(slots, queues, cnt):
+            for models, rep in assign_runs(slots, queues, cnt):
                 inst = tuple(Instance(it, st, mdl) for (it, st), mdl in zip(slots, models))
                 counted[(key, inst)] += rep
         groups = tuple(GpuGroup(pool.name, layouts.get(key) if mode == "mig" else None, inst, n)
@@ -1046,7 +1046,7 @@ def _pool_plans(model: _Model, demands, x, z) -> tuple[list[PoolPlan], dict, dic
             unused = sum((gpu.mig.memory_slices - sum(gpu.profile(p).memory_slices * c for p, c in key)) * cnt
                          for key, cnt in used_keys)
         # nodes: GPUs sorted by layout, chunked; identical nodes share a config
-        node_count = _chunk_nodes(sorted(used_keys, key=lambda kc: str(kc[0])), pool.gpus_per_node)
+        node_count = chunk_nodes(sorted(used_keys, key=lambda kc: str(kc[0])), pool.gpus_per_node)
         n_nodes = sum(node_count.values())
         ngroups = []
         for idx, (devs, cnt) in enumerate(sorted(node_count.items(), key=lambda kv: (-kv[1], str(kv[0])))):
@@ -1081,7 +1081,7 @@ def pool_device_plugin_config(mode: str, replicas: int | None, gpu: GpuModel) ->
                                                    mig_enabled=False)
 
 
-def _warnings(model: _Model, demands) -> list[str]:
+def plan_warnings(model: _Model, demands) -> list[str]:
     out = []
     for k, pool in enumerate(model.pools):
         gpu = get_gpu(pool.gpu)
@@ -1113,19 +1113,19 @@ def plan(demands: Sequence[ModelDemand], pools: Sequence[NodePool], *, objective
     the solver once the plan is within that relative gap of the bound (0.001 = 0.1%). The plan
     is never worse than rounding the LP solution (warm start and fallback)."""
     demands, pools = list(demands), list(pools)
-    _check_inputs(demands, pools)
+    check_inputs(demands, pools)
     if not time_limit > 0:  # HiGHS would ignore a negative limit (or NaN) and run unbounded
         raise PlanError(f"time limit must be > 0 seconds, got {time_limit!r}", field="time_limit")
     if not 0 <= gap_tolerance < 1:
         raise PlanError(f"gap tolerance must be in [0, 1), got {gap_tolerance!r}", field="gap_tolerance")
     costs = _prices(pools, objective, prices)
     deadline = time.perf_counter() + time_limit
-    model, res = _run(demands, pools, costs, "optimal", time_limit, rel_gap=gap_tolerance)
+    model, res = solve_model(demands, pools, costs, "optimal", time_limit, rel_gap=gap_tolerance)
     if res is None:
-        raise _diagnose(model, demands, costs)
+        raise diagnose_infeasible(model, demands, costs)
     status, info, sol, cols, secs, lp, extra = res
     x, z = _values(sol, cols)
-    z = _trim(z, model, demands)
+    z = trim_solution(z, model, demands)
     # certified (`certify`): the objective recomputed from the solution, a bound that holds
     obj, bound, optimal = extra["objective"], extra["bound"], extra["optimal"]
     gap = 0.0 if optimal or obj == 0 else max(0.0, (obj - bound) / abs(obj))
@@ -1134,7 +1134,7 @@ def plan(demands: Sequence[ModelDemand], pools: Sequence[NodePool], *, objective
     for m, d in enumerate(demands):
         served[d.name] = float(sum(v * model.weights[(k, it, mm)] for (k, it, mm), v in z.items() if mm == m))
     mp_cfg = migparted.build_mig_parted_config(node_configs) if node_configs else None
-    warnings = _warnings(model, demands)
+    warnings = plan_warnings(model, demands)
     if not optimal and extra["rejected"] is not None:
         warnings.append(f"the solver claimed an optimum of {extra['rejected']:g} that its own solution does not "
                         f"meet, also when solved again without a warm start: the plan is valid (objective "
@@ -1180,10 +1180,10 @@ def _baselines(demands, pools, costs, deadline: float | None = None) -> list[Bas
                 dem = [_whole_demand(d, pools) for d in demands]
                 bpools = [NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes, False, p.sharing, p.sharing_replicas,
                                    p.price_per_gpu) if not p.sharing else p for p in pools]
-            model, res = _run(dem, bpools, costs, "optimal" if rule == "whole" else rule, left, with_bounds=False)
+            model, res = solve_model(dem, bpools, costs, "optimal" if rule == "whole" else rule, left, with_bounds=False)
             if res is None:
                 left = 30.0 if deadline is None else deadline - time.perf_counter()
-                model, res = _run(dem, bpools, costs, "optimal" if rule == "whole" else rule, max(left, 1e-3),
+                model, res = solve_model(dem, bpools, costs, "optimal" if rule == "whole" else rule, max(left, 1e-3),
                                   with_bounds=False, capacity=False)
                 if res is not None:
                     note += f"; more than the inventory's {sum(p.capacity for p in pools)} GPUs"
@@ -1191,7 +1191,7 @@ def _baselines(demands, pools, costs, deadline: float | None = None) -> list[Bas
             out.append(Baseline(name, None, None, f"{note}; not possible: {exc}"))
             continue
         if res is None:
-            why = _diagnose(model, dem if rule == "whole" else demands, costs).message
+            why = diagnose_infeasible(model, dem if rule == "whole" else demands, costs).message
             out.append(Baseline(name, None, None, f"{note}; not possible: {why}"))
             continue
         status, info, sol, cols, secs, _, extra = res
@@ -1257,19 +1257,3 @@ def sharing_plan(demands: Sequence[ModelDemand], gpu: str, mode: str, *, gpus: i
                     nodes=math.ceil(gpus / min(gpus_per_node, gpus)), mig_enabled=False, sharing=mode,
                     sharing_replicas=replicas, price_per_gpu=price_per_gpu)
     return plan(demands, [pool])
-
-
-# --------------------------------------------------------------------------- output
-
-
-
-
-def replan(demands: Sequence[ModelDemand], pools: Sequence[NodePool], current: Any, *, gpu_slack: int = 0,
-           max_node_changes: int | None = None, max_unavailable_per_pool: int | None = None,
-           time_limit: float = 30.0):
-    """Re-plan a running fleet: fewest GPUs (within `gpu_slack`), then fewest node
-    reconfigurations, under the drain budgets. `current` is a
-    `gpuvalues.planners.replan.CurrentLayout`; returns a `replan.Replan` (see that module)."""
-    from gpuvalues.planners import replan as _replan
-    return _replan.replan(demands, pools, current, gpu_slack=gpu_slack, max_node_changes=max_node_changes,
-                          max_unavailable_per_pool=max_unavailable_per_pool, time_limit=time_limit)

@@ -1,4 +1,4 @@
-"""Re-plan a running fleet with the fewest changes (issue 17): `milp.replan` lives here.
+"""Re-plan a running fleet with the fewest changes (issue 17), over the planner's public model API.
 
 Changing a node's MIG layout means draining it, so a re-plan should keep as many nodes as it
 can. The model is the planner's configuration ILP (`gpuvalues.planners.milp`) with the fleet's
@@ -252,7 +252,7 @@ def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node
         change_const += pool.nodes
     for m, d in enumerate(demands):
         add_row([(col[("z", k, it, mm)], w) for (k, it, mm), w in model.weights.items() if mm == m],
-                milp._need(d), inf)
+                milp.demand_need(d), inf)
     if max_node_changes is not None:   # sum keep >= N - budget
         add_row([(j, 1.0) for j, _ in change_terms], float(change_const - max_node_changes), inf)
     if stage == 1:
@@ -285,7 +285,7 @@ def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.NodePool], 
            time_limit: float = 30.0) -> Replan:
     """Re-plan with the fewest GPUs (within `gpu_slack`), then the fewest node reconfigurations."""
     demands, pools = list(demands), list(pools)
-    milp._check_inputs(demands, pools)
+    milp.check_inputs(demands, pools)
     for name, v in (("gpu_slack", gpu_slack), ("max_node_changes", max_node_changes),
                     ("max_unavailable_per_pool", max_unavailable_per_pool)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
@@ -293,24 +293,24 @@ def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.NodePool], 
     if not time_limit > 0:
         raise PlanError(f"time limit must be > 0 seconds, got {time_limit!r}", field="time_limit")
     t0 = time.perf_counter()
-    model = milp._build(demands, pools, "optimal")
+    model = milp.build_model(demands, pools, "optimal")
     for m, d in enumerate(demands):
-        if milp._need(d) > 0 and not any(mm == m for (_, _, mm) in model.weights):
-            raise milp._diagnose(model, demands, [1.0] * len(pools))
+        if milp.demand_need(d) > 0 and not any(mm == m for (_, _, mm) in model.weights):
+            raise milp.diagnose_infeasible(model, demands, [1.0] * len(pools))
     groups = _groups(model, current)
     budgets = dict(max_node_changes=max_node_changes, max_unavailable=max_unavailable_per_pool)
     st_lp, lp1, _, cols1, keys1, _ = _milp(model, demands, groups, stage=1, gpu_cap=None, integer=False,
                                        time_limit=time_limit, **budgets)
     if st_lp != highspy.HighsModelStatus.kOptimal:
         if max_node_changes is None and max_unavailable_per_pool is None:
-            raise milp._diagnose(model, demands, [1.0] * len(pools))
+            raise milp.diagnose_infeasible(model, demands, [1.0] * len(pools))
         raise _budget_error(model, demands, groups, max_node_changes, max_unavailable_per_pool)
     left = lambda: time_limit - (time.perf_counter() - t0)  # noqa: E731
     st1 = sol1 = None
     if max_node_changes is None and max_unavailable_per_pool is None and not any(g.pinned for gs in groups for g in gs):
         # no budget: any node may change, so the fewest GPUs is `plan`'s optimum (LP rounding,
         # warm start); its solution, with every node changed, is a stage-1 solution too
-        _, res = milp._run(demands, pools, [1.0] * len(pools), "optimal", left(), solver_layouts=False)
+        _, res = milp.solve_model(demands, pools, [1.0] * len(pools), "optimal", left(), solver_layouts=False)
         if res is not None:
             status, _, psol, pcols, _, _, extra = res
             pidx = {c: i for i, c in enumerate(pcols)}
@@ -362,7 +362,7 @@ def _budget_error(model, demands, groups, max_node_changes, max_unavailable) -> 
     free, _, _, _, _, _ = _milp(model, demands, groups, stage=1, gpu_cap=None, integer=False, time_limit=30.0,
                                 max_node_changes=None, max_unavailable=None)
     if free != highspy.HighsModelStatus.kOptimal:
-        return milp._diagnose(model, demands, [1.0] * len(model.pools))
+        return milp.diagnose_infeasible(model, demands, [1.0] * len(model.pools))
     # the fewest changes with no GPU objective: what the budget would have to allow
     _, lp_need, _, _, _, _ = _milp(model, demands, groups, stage=2, gpu_cap=highspy.kHighsInf, integer=False,
                                    time_limit=30.0, max_node_changes=None, max_unavailable=None)
@@ -385,7 +385,7 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
     val = {c: int(round(v)) for c, v in zip(cols, sol) if round(v) > 0}
     x = {(c[1], c[2]): v for c, v in val.items() if c[0] == "x"}
     z = {(c[1], c[2], c[3]): v for c, v in val.items() if c[0] == "z"}
-    z = milp._trim(z, model, demands)
+    z = milp.trim_solution(z, model, demands)
     pool_plans, node_cfg, prev, changed, drained, labels, node_configs = [], {}, {}, [], [], {}, {}
     dp_configs: dict[str, dict] = {}
     pods, estimated = 0, False
@@ -422,7 +422,7 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
             else:
                 (it, nn), = key
                 slots = [(it, i) for i in range(nn)]
-            for models, rep in milp._assign_runs(slots, queues, cnt):
+            for models, rep in milp.assign_runs(slots, queues, cnt):
                 counted[(key, tuple(milp.Instance(it, st, md) for (it, st), md in zip(slots, models)))] += rep
         gpu_groups = tuple(milp.GpuGroup(pool.name, layouts.get(key), inst, n)
                            for (key, inst), n in sorted(counted.items(), key=lambda kv: (-kv[1], str(kv[0]))))
@@ -430,7 +430,7 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
         new_keys = sorted(((key, v) for (kk, li), v in x.items() if kk == k
                            for key in [model.layouts[k][li]]), key=lambda kv: str(kv[0]))
         chunks: list[tuple] = []
-        for devs, cnt in sorted(milp._chunk_nodes(new_keys, pool.gpus_per_node).items(), key=lambda kv: str(kv[0])):
+        for devs, cnt in sorted(milp.chunk_nodes(new_keys, pool.gpus_per_node).items(), key=lambda kv: str(kv[0])):
             chunks += [devs] * cnt
         chunks += [(None,) * pool.gpus_per_node] * (len(changing) - len(chunks))
         sig_names = {g.signature: g.config for g in groups[k] if g.config and g.listed}
@@ -524,7 +524,7 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
     new_plan = milp.Plan(objective="gpus", pools=tuple(pool_plans), gpus_used=gpus_used, cost=float(gpus_used),
                          lp_bound=lp1, mip_bound=float(gpus_bound), gap=gap,
                          optimal=optimal, solve_seconds=secs, served=served, baselines=(),
-                         warnings=tuple(warnings + milp._warnings(model, demands)), mig_parted_config=mp,
+                         warnings=tuple(warnings + milp.plan_warnings(model, demands)), mig_parted_config=mp,
                          node_labels=labels, device_plugin_configs=dp_configs)
     return Replan(plan=new_plan, gpus_used=gpus_used, gpus_optimum=gpus_opt, gpus_lp_bound=lp1,
                   nodes_changed=tuple(sorted(changed)), nodes_drained=tuple(sorted(drained)), changes_lp_bound=lp2, pods_displaced=pods,

@@ -95,3 +95,134 @@ def test_the_contract_can_fail(tmp_path, monkeypatch):
 @pytest.mark.parametrize("top", sorted({t for _, t in _modules()}))
 def test_every_module_has_a_layer(top):
     _layer(top)
+
+
+# ------------------------------------------------------------------ relative imports, cycles, privates
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE).with_suffix("")
+    parts = ("gpuvalues", *rel.parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _package_modules() -> dict[str, Path]:
+    return {_module_name(p): p for p, _ in _modules()}
+
+
+def _resolve(name: str, known: dict[str, Path]) -> str | None:
+    """The package module an import names (`gpuvalues.a.b.f` -> `gpuvalues.a.b`)."""
+    while name:
+        if name in known:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def relative_imports() -> list[str]:
+    out = []
+    for path, _ in _modules():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                out.append(f"gpuvalues/{path.relative_to(PACKAGE)}:{node.lineno}: relative import")
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports (lazy imports too; `from pkg import mod` is mod)."""
+    known = _package_modules()
+    graph: dict[str, set[str]] = {m: set() for m in known}
+    for mod, path in known.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            for n in names:
+                target = _resolve(n, known)
+                if target and target != mod and not mod.startswith(target + ".") and target != "gpuvalues":
+                    graph[mod].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def private_reach() -> list[str]:
+    """Uses of another module's `_private` names: `from m import _x` or `m._x` on an imported module."""
+    known = _package_modules()
+    out = []
+    for mod, path in known.items():
+        tree = ast.parse(path.read_text(), str(path))
+        aliases: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"
+                    if full in known:
+                        aliases[a.asname or a.name] = full
+                    elif node.module in known and node.module != mod and a.name.startswith("_") \
+                            and not a.name.startswith("__"):
+                        out.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: from {node.module} import {a.name}")
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name in known and a.asname:
+                        aliases[a.asname] = a.name
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in aliases and aliases[node.value.id] != mod
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                out.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {aliases[node.value.id]}.{node.attr}")
+    return sorted(set(out))
+
+
+def test_no_relative_imports():
+    # the layer check above reads absolute names only; a relative import would slip past it
+    assert relative_imports() == []
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = import_graph()
+    assert sum(len(v) for v in graph.values()) > 50, "the graph is nearly empty: the scan is broken"
+    assert cycles(graph) == []
+
+
+def test_no_module_reaches_into_another_modules_privates():
+    assert private_reach() == []
+
+
+def test_the_cycle_and_privacy_checks_can_fail():
+    """Negative controls on a made-up graph and a made-up module."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

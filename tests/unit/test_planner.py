@@ -368,7 +368,7 @@ def test_plan_is_never_worse_than_lp_rounding_even_at_a_tiny_time_limit():
     import numpy as np
     d = [ModelDemand(f"m{i}", replicas=5 + 3 * i, memory_gb=[4, 9, 19, 35][i % 4]) for i in range(12)]
     pools = [NodePool("a", "A100-80GB", 8, 64), NodePool("h", "H100-80GB-SXM", 8, 64)]
-    model = milp._build(d, pools, "optimal")
+    model = milp.build_model(d, pools, "optimal")
     _, info, sol, cols, _ = milp._solve(model, d, [1.0, 1.0], integer=False)
     rounded = milp._round_lp(model, d, sol, cols)
     xs = np.array([c[0] == "x" for c in cols])

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from gpuvalues.catalog import get_gpu
 from gpuvalues.errors import PlanError
 from gpuvalues.planners import milp
-from gpuvalues.planners.milp import ModelDemand, NodePool, plan, replan
+from gpuvalues.planners.milp import ModelDemand, NodePool, plan
+from gpuvalues.planners.replan import replan
 from gpuvalues.planners.replan import CurrentLayout, CurrentNode
 from tests.unit import reference as R
 

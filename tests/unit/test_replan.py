@@ -15,7 +15,8 @@ import pytest
 
 from gpuvalues.errors import PlanError
 from gpuvalues.catalog import GIB_PER_GB, get_gpu
-from gpuvalues.planners.milp import ModelDemand, NodePool, replan
+from gpuvalues.planners.milp import ModelDemand, NodePool
+from gpuvalues.planners.replan import replan
 from gpuvalues.planners.replan import CurrentLayout, CurrentNode
 
 # A30 maximal layouts over its base profiles (1g.6gb, 2g.12gb, 4g.24gb): MIG User Guide A30 table
