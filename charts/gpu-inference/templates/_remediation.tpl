@@ -13,7 +13,7 @@ component `remediation`.
 {{- define "gpu-inference.remediation.config" -}}
 {{- $r := .Values.platform.remediation -}}
 {{- $cfg := dict "prometheusUrl" $r.prometheusUrl "syncPeriodSeconds" $r.syncPeriodSeconds "dryRun" $r.dryRun
-    "metricsAddress" (printf "0.0.0.0:%d" (int $r.metricsPort)) "leaseNamespace" .Release.Namespace
+    "metricsAddress" (printf "0.0.0.0:%d" (int $r.metricsPort)) "leaseNamespace" (include "gpu-inference.namespace" .)
     "leaseName" (include "gpu-inference.platform.fullname" (dict "root" . "component" "remediation"))
     "leaseDurationSeconds" $r.leaseDurationSeconds "suspectForSeconds" $r.suspectForSeconds
     "holdDownSeconds" $r.holdDownSeconds "drain" $r.drain "resetLabel" $r.resetLabel
