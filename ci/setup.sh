@@ -26,6 +26,10 @@ if [ "$(cat .venv/.setup-stamp 2>/dev/null)" != "$stamp" ]; then
   echo "$stamp" > .venv/.setup-stamp
 fi
 
+# matplotlib builds its font cache on first use by running fc-list; build it here, once,
+# so the unit tests (which may start no process) find it on a new machine too.
+MPLBACKEND=Agg .venv/bin/python -c "import matplotlib.font_manager"
+
 # 2. helm 4.1.4, helm 3.17.2 (as helm3) and kubectl, pinned by sha256.
 .venv/bin/python ci/install_tools.py
 
