@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up everything the project needs, idempotently: .venv with gpuvalues[test],
+# Set up everything the project needs, idempotently: .venv with gpuvalues[test] (locked),
 # pinned helm 4 / helm 3 / kubectl (sha256-verified) and prometheus / promtool in .tools/.
 # A second run installs nothing and takes seconds. Prints what it installs.
 set -euo pipefail
@@ -9,20 +9,26 @@ BIN=.tools/bin
 mkdir -p "$BIN"
 say() { echo "setup: $*"; }
 
-# 1. Python venv with the package and its test extras; re-installed only when the
-#    package metadata changes (the stamp is a hash of setup.cfg and pyproject.toml).
+# 1. Python venv with the package and its test extras, at exactly the versions locked in
+#    ci/constraints.txt (refreshed by ci/lock.sh). Made anew whenever the package metadata
+#    or the lock changes (the stamp is a hash of the three files), so nothing unlocked lingers.
 PY=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  say "creating .venv with $($PY --version)"
-  "$PY" -m venv .venv
-fi
-stamp=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
+stamp=$(cat setup.cfg pyproject.toml ci/constraints.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat .venv/.setup-stamp 2>/dev/null)" != "$stamp" ]; then
-  say "installing gpuvalues[test] into .venv"
-  .venv/bin/python -m pip install --quiet --upgrade pip
+  say "creating .venv with $($PY --version) and installing gpuvalues[test] from ci/constraints.txt"
+  rm -rf .venv
+  "$PY" -m venv .venv
+  # PIP_CONSTRAINT also pins the build backend in pip's isolated build environment.
+  export PIP_CONSTRAINT="$ROOT/ci/constraints.txt"
+  .venv/bin/python -m pip install --quiet --upgrade pip setuptools wheel
   .venv/bin/python -m pip install --quiet -e ".[test]"
+  unset PIP_CONSTRAINT
   echo "$stamp" > .venv/.setup-stamp
 fi
+
+# matplotlib builds its font cache on first use by running fc-list; build it here, once,
+# so the unit tests (which may start no process) find it on a new machine too.
+MPLBACKEND=Agg .venv/bin/python -c "import matplotlib.font_manager"
 
 # 2. helm 4.1.4, helm 3.17.2 (as helm3) and kubectl, pinned by sha256.
 .venv/bin/python ci/install_tools.py

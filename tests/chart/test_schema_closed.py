@@ -27,7 +27,6 @@ ESCAPE_HATCHES = {
     "#/properties/podLabels": "label map",
     "#/properties/podAnnotations": "annotation map",
     "#/properties/nodeSelector": "node label map",
-    "#/properties/autoscaling/properties/externalMetric/properties/selector": "matchLabels of the external metric",
     "#/properties/serviceAccount/properties/annotations": "annotation map (cloud IAM bindings)",
     "#/properties/service/properties/annotations": "annotation map",
     "#/properties/serviceMonitor/properties/labels": "label map",
@@ -37,6 +36,7 @@ ESCAPE_HATCHES = {
                                       "and the API server's strict field validation check it)",
     "#/properties/initContainers/items": "a Kubernetes Container, rendered verbatim",
     "#/properties/sidecars/items": "a Kubernetes Container, rendered verbatim",
+    "#/properties/extraObjects/items": "any Kubernetes object (or a template string), rendered through tpl",
     "#/properties/autoscaling/properties/externalMetric/properties/selector":
         "a Kubernetes LabelSelector of the External metric, rendered verbatim",
     "labelSelector/properties/matchLabels": "label map of a Kubernetes LabelSelector",

@@ -67,7 +67,7 @@ def e2e_cluster(inventory):
         print(f"\ne2e cluster up in {time.monotonic() - t0:.1f} s: "
               + ", ".join(f"{k} {v:.1f}s" for k, v in cluster.timings.items()))
         os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
-        os.environ["PATH"] = f"{TOOLS}{os.pathsep}{os.environ['PATH']}"  # pytest-helm-charts' kubectl
+        os.environ["PATH"] = f"{TOOLS}{os.pathsep}{os.environ['PATH']}"  # the pinned kubectl for processes the tests start
         yield cluster
     finally:
         cluster.stop()
@@ -76,12 +76,6 @@ def e2e_cluster(inventory):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-@pytest.fixture(scope="session")
-def kube_config(e2e_cluster) -> str:
-    """Overrides pytest-helm-charts' fixture: its kube_cluster talks to our cluster."""
-    return str(e2e_cluster.kubeconfig)
 
 
 class Kube:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 
-from pytest_helm_charts.k8s.deployment import wait_for_deployments_to_run
-
 from tests.e2e import e2elib
 from tests.e2e.e2elib import CHART
 
@@ -14,7 +12,7 @@ SCENARIO = CHART / "ci" / "minimal-values.yaml"  # HPA engine (the chart's defau
 HPA_MANAGER = "kube-controller-manager"  # the field manager the HPA controller writes as
 
 
-def test_upgrade_after_hpa_scaling_keeps_replicas(kube, namespace, kube_cluster):
+def test_upgrade_after_hpa_scaling_keeps_replicas(kube, namespace):
     release = "up"
     values = e2elib.effective_values(SCENARIO)
     objects = e2elib.render(release, namespace, [SCENARIO])
@@ -48,9 +46,9 @@ def test_upgrade_after_hpa_scaling_keeps_replicas(kube, namespace, kube_cluster)
     helm_owned = [m for m in live["metadata"]["managedFields"]
                   if m["operation"] == "Apply" and "f:replicas" in m.get("fieldsV1", {}).get("f:spec", {})]
     assert not helm_owned, f"Helm's apply owns .spec.replicas: {helm_owned}"
-    # pytest-helm-charts (pykube, through our kubeconfig): the rollout completes
-    [rolled] = wait_for_deployments_to_run(kube_cluster.kube_client, [name], namespace, 60)
-    assert rolled.obj["status"]["readyReplicas"] == scaled
+    # kubectl's own rollout check: the upgraded ReplicaSet is complete at the HPA's count
+    kube.kubectl("rollout", "status", f"deployment/{name}", "-n", namespace, "--timeout=60s")
+    assert kube.json("get", "deployment", name, "-n", namespace)["status"]["readyReplicas"] == scaled
     kube.wait(f"{scaled} Ready pods after the rollout", lambda: len(
         [p for p in kube.pods(namespace, sel) if e2elib.pod_is_ready(p) and not p["metadata"].get("deletionTimestamp")]
     ) == scaled)

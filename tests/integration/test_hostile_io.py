@@ -128,8 +128,11 @@ def test_signal_mid_write_leaves_no_temp_and_the_old_output(tmp_path, sig, what)
         from gpuvalues.io import files
         files.write_tree(target, {"hpa.yaml": "old"})
         call = f"files.write_tree({str(target)!r}, {{'a.yaml': 'A', 'b.yaml': 'B'}})"
+    # SIGINT at its default in the child: a suite started as a background job inherits it
+    # ignored, and Python then installs no KeyboardInterrupt handler (the case under test).
     proc = subprocess.Popen([PY, "-c", _SLOW_WRITE.format(call=call)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline().strip() == "writing"
     assert any(".tmp" in n or ".new-" in n for n in temp_files(tmp_path))   # mid-write
     proc.send_signal(sig)

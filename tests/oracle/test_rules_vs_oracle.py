@@ -1,11 +1,10 @@
 """The project's rules that mirror the device plugin / GFD, compared with the upstream
 code on generated cases (not with the project's own expectations).
 
-The project's belief is reached through tests/oracle/belief.py only. Cases where the
-belief is known wrong today (issue 12: GFD appends -SHARED to the product label only when
+The project's belief is reached through tests/oracle/belief.py only. Every case must
+agree, including the one issue 12 fixed (GFD appends -SHARED to the product label only when
 the shared resource is NOT renamed, k8s-device-plugin internal/lm/resource.go
-getProductName) are xfail(strict): they turn into passes, and fail as XPASS, once the
-fleet rule is fixed; the lead then removes the marks."""
+getProductName), which was xfail here until then."""
 from __future__ import annotations
 
 import itertools

@@ -1,6 +1,8 @@
 """README documents what users rely on: every error code, the public API."""
 from __future__ import annotations
 
+import re
+
 import gpuvalues
 from gpuvalues.errors import CODES
 from tests.conftest import ROOT
@@ -18,3 +20,17 @@ def test_every_public_name_resolves_and_the_readme_names_the_entry_points():
         assert getattr(gpuvalues, name) is not None, name
     for name in ("load_spec", "build_fleet", "check_fleet", "expected_nodes", "render_values"):
         assert f"gpuvalues.{name}" in README, name
+
+
+def test_readme_layers_table_is_the_enforced_contract_and_the_folders():
+    """README's "The package's layers" table names, row by row, exactly the modules and
+    folders of each layer that tests/unit/test_layers.py enforces, and every one exists."""
+    from tests.unit.test_layers import LAYERS, PACKAGE
+    text = (ROOT / "README.md").read_text()
+    section = text.split("### The package's layers", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| ") and not ln.startswith("| layer")]
+    named = [{n.strip("/") for n in re.findall(r"`([a-z_]+/?)`", row.split("|")[2])} for row in rows]
+    assert named == [set(layer) - {"__init__"} for layer in LAYERS]
+    for layer in named:
+        for name in layer:
+            assert (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").is_file(), name

@@ -22,6 +22,12 @@ Platform helpers live in _platform.tpl (owned separately).
 {{- end }}
 {{- end }}
 
+{{/* The namespace of every namespaced object: namespaceOverride, else the release's (umbrella charts
+deploy this chart as a subchart into another namespace). */}}
+{{- define "gpu-inference.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{- define "gpu-inference.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -218,7 +224,7 @@ sum by the threshold, the same arithmetic as an HPA Pods metric).
 {{- $podL = $k.podLabel | default (ternary "exported_pod" "pod" $exported) }}
 {{- $nsL = $k.namespaceLabel | default (ternary "exported_namespace" "namespace" $exported) }}
 {{- end }}
-{{- $sel := printf "%s=%q,%s=~%q" $nsL $root.Release.Namespace $podL (printf "%s-[a-z0-9]+-[a-z0-9]+" (include "gpu-inference.fullname" $root)) }}
+{{- $sel := printf "%s=%q,%s=~%q" $nsL (include "gpu-inference.namespace" $root) $podL (printf "%s-[a-z0-9]+-[a-z0-9]+" (include "gpu-inference.fullname" $root)) }}
 {{- if eq .metric.name "nv_inference_queue_duration_us" }}
 {{- printf "sum(sum by (%s) (rate(nv_inference_queue_duration_us{%s}[1m])) / clamp_min(sum by (%s) (rate(nv_inference_request_success{%s}[1m])), 1e-9))" $podL $sel $podL $sel }}
 {{- else }}

@@ -305,7 +305,7 @@ apiVersion: apps/v1
 kind: DaemonSet
 metadata:
   name: {{ include "gpu-inference.platform.fullname" $ctx }}
-  namespace: {{ .root.Release.Namespace }}
+  namespace: {{ include "gpu-inference.namespace" .root }}
   labels:
     {{- include "gpu-inference.platform.labels" $ctx | nindent 4 }}
 spec:

@@ -14,7 +14,7 @@ component `remediation`.
 {{- define "gpu-inference.remediation.config" -}}
 {{- $r := .Values.platform.remediation -}}
 {{- $cfg := dict "prometheusUrl" $r.prometheusUrl "syncPeriodSeconds" $r.syncPeriodSeconds "dryRun" $r.dryRun
-    "metricsAddress" (printf "0.0.0.0:%d" (int $r.metricsPort)) "leaseNamespace" .Release.Namespace
+    "metricsAddress" (printf "0.0.0.0:%d" (int $r.metricsPort)) "leaseNamespace" (include "gpu-inference.namespace" .)
     "leaseName" (include "gpu-inference.platform.fullname" (dict "root" . "component" "remediation"))
     "leaseDurationSeconds" $r.leaseDurationSeconds "suspectForSeconds" $r.suspectForSeconds
     "holdDownSeconds" $r.holdDownSeconds "drain" $r.drain "resetLabel" $r.resetLabel
@@ -25,6 +25,6 @@ component `remediation`.
     "breakerPoolLabel" $r.breakerPoolLabel "flapWindowSeconds" $r.flapWindowSeconds
     "flapMaxQuarantines" $r.flapMaxQuarantines "nodeSelector" $r.nodeSelector
     "exporterJob" ($r.exporterJob | default (include "gpu-inference.platform.dcgmJob" .))
-    "exporterNamespace" ($r.exporterNamespace | default (ternary "" .Release.Namespace (and .Values.platform.gpuOperator true))) -}}
+    "exporterNamespace" ($r.exporterNamespace | default (ternary "" (include "gpu-inference.namespace" .) (and .Values.platform.gpuOperator true))) -}}
 {{- toYaml $cfg }}
 {{- end }}

@@ -60,7 +60,7 @@ neither: the server's own metrics do not exist at zero replicas.
 {{- define "gpu-inference.keda.activationQuery" -}}
 {{- if .Values.autoscaling.keda.activationQuery }}{{- .Values.autoscaling.keda.activationQuery }}
 {{- else if and .Values.gateway.enabled (include "gpu-inference.gateway.flowControl" .) }}
-{{- printf "sum(inference_extension_flow_control_queue_size{namespace=%q,inference_pool=%q})" .Release.Namespace (include "gpu-inference.fullname" .) }}
+{{- printf "sum(inference_extension_flow_control_queue_size{namespace=%q,inference_pool=%q})" (include "gpu-inference.namespace" .) (include "gpu-inference.fullname" .) }}
 {{- end }}
 {{- end }}
 
