@@ -103,7 +103,7 @@ def hostile(gv: str, big_mb: int, tmp: Path) -> None:
             (f"our YAML at the 4 MiB limit, {len(inv.nodes):,} nodes", limit),
             (f"YAML of {huge_yaml.stat().st_size / 1e6:.0f} MB (refused)", huge_yaml),
             ("10,001 nodes (refused)", many)]
-    print(f"\n| hostile inventory | exit | wall | peak RSS |")
+    print("\n| hostile inventory | exit | wall | peak RSS |")
     print("|---|---:|---:|---:|")
     worst = (0.0, 0.0)
     for name, path in rows:

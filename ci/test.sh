@@ -11,6 +11,9 @@ fi
 if [ -x ci/oracle/build.sh ]; then
   bash ci/oracle/build.sh
 fi
+# lint and types first: seconds, and a finding there fails the run as a test would
+.venv/bin/ruff check gpuvalues tests bench ci
+.venv/bin/python ci/typecheck.py
 set +e
 .venv/bin/python -m pytest "$@"
 rc=$?

@@ -531,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
     # OpenBLAS starts a thread per core on import: about 50 ms of a MIG spec's `validate`.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parser = build_parser()
-    for name, subparser in _subparsers(parser).items():
+    for _name, subparser in _subparsers(parser).items():
         if "--output" not in subparser._option_string_actions:
             add_common_options(subparser)
     try:
@@ -544,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     args._started = time.monotonic()
     try:
         return args.func(args)
-    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - exceptions become exits here
+    except (Exception, KeyboardInterrupt) as exc:
         code = exit_status(args, exc)
         if code is None:
             raise                      # a bug: the traceback is the report

@@ -127,7 +127,7 @@ def helm_key(key: Any) -> str:
 class _HelmMixin:
     """PyYAML's YAML 1.1 parser with go-yaml v2 scalar resolution (see helm_scalar)."""
 
-    def resolve(self, kind, value, implicit):  # noqa: D401 - PyYAML hook
+    def resolve(self, kind, value, implicit):
         if kind is yaml.ScalarNode and implicit[0]:
             return _MERGE_TAG if value == "<<" else _PLAIN_TAG
         return yaml.resolver.Resolver.resolve(self, kind, value, implicit)
@@ -664,8 +664,8 @@ def _show(v: Any) -> str:
 
 def load_text(text: str, source: str = "<string>", *, allow_empty: bool = False) -> Loaded:
     """Parse YAML `text` (one document) as Helm would; see the module docstring."""
-    if not text.strip() or all(not l.strip() or l.lstrip().startswith("#")
-                               for l in text.splitlines()):
+    if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#")
+                               for ln in text.splitlines()):
         if allow_empty:
             return Loaded({}, source, text, {(): (1, 1)}, {}, ())
         raise SpecError("file is empty, expected a YAML mapping", source=source, line=1, column=1)

@@ -9,7 +9,7 @@ import http.server
 class ExpositionHandler(http.server.BaseHTTPRequestHandler):
     """For an `http.server.HTTPServer` subclass that defines `exposition() -> str`."""
 
-    def do_GET(self):  # noqa: N802 (http.server API)
+    def do_GET(self):
         body = self.server.exposition().encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")

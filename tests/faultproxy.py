@@ -66,7 +66,7 @@ def _huge(n: int) -> bytes:
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
 
-    def do_GET(self):  # noqa: N802 (http.server API)
+    def do_GET(self):
         px: FaultProxy = self.server
         with px.lock:
             mode, drop, slow, huge, value = px.mode, set(px.drop_nodes), px.slow_s, px.huge_series, px.value

@@ -311,7 +311,7 @@ class Cluster:
         if client_cert:
             ctx.load_cert_chain(self.pki / "admin.crt", self.pki / "admin.key")
         else:  # kcm/scheduler serve a self-signed cert; only their health matters here
-            ctx = ssl._create_unverified_context()  # noqa: S323 - loopback health probe
+            ctx = ssl._create_unverified_context()
         try:
             with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", context=ctx, timeout=2) as r:
                 return r.status == 200
@@ -455,7 +455,7 @@ class Cluster:
         proc = self._spawn(name, argv)
         if ready_url:
             def probe() -> bool:
-                ctx = ssl._create_unverified_context() if ready_url.startswith("https") else None  # noqa: S323
+                ctx = ssl._create_unverified_context() if ready_url.startswith("https") else None
                 try:
                     with urllib.request.urlopen(ready_url, context=ctx, timeout=2) as r:
                         return r.status == 200

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuvalues.errors import CODES, Finding, ValidationFailed, errors_only  # noqa: F401 (re-exported)
+from gpuvalues.errors import CODES, Finding, ValidationFailed, errors_only
 from gpuvalues.kube import kube_minor, unsupported_kube_version
 from gpuvalues.planners.topology import nvlink_size
 from gpuvalues.schemas import SCHEMAS, SPEC_SCHEMA, VALUES_SCHEMA, is_valid, load_schema, validator_for  # noqa: F401 (re-exported)

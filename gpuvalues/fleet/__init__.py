@@ -109,7 +109,7 @@ def build_fleet(spec: Spec, *, objective: str = "gpus", baselines: bool = False,
         findings.append(warning(spec, code, message, *path))
 
     options: list[tuple[Placement, ...]] = []
-    for wi, w in enumerate(spec.workloads):
+    for wi, _w in enumerate(spec.workloads):
         try:
             options.append(candidates(spec, wi))
         except GpuValuesError as exc:

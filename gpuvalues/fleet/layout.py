@@ -28,7 +28,7 @@ from gpuvalues.errors import PlanError
 from gpuvalues.fleet.placement import Placement, spec_error
 from gpuvalues.fleet.spec import NodePool, Spec
 from gpuvalues.planners import deviceplugin, migparted, topology
-from gpuvalues.yamlio import format_path, read_text
+from gpuvalues.yamlio import read_text
 
 __all__ = ["NodeGroup", "Shortage", "Layout", "lay_out", "choose_pools", "DEFAULT_DEVICE_PLUGIN_CONFIG"]
 
@@ -207,7 +207,7 @@ def _pack_whole(pool: NodePool, islands, wants: Sequence[tuple[Placement, int]]
     used: list[set[int]] = []
     placed = {p.workload: 0 for p, _ in wants}
     for count, name in replicas:
-        for node, taken in zip(nodes, used):
+        for node, _taken in zip(nodes, used):
             got = _take(node, count, biggest)
             if got is not None:
                 break

@@ -20,7 +20,6 @@ def from_kubernetes(kubeconfig: str | None = None, context: str | None = None,
     """Inventory of a live cluster's nodes, read with the official kubernetes client."""
     from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
-    from kubernetes.config.config_exception import ConfigException
 
     where = kubeconfig or "~/.kube/config"
     if kubeconfig:
@@ -39,7 +38,7 @@ def from_kubernetes(kubeconfig: str | None = None, context: str | None = None,
     cfg = client.Configuration()
     try:
         config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
-    except Exception as exc:  # noqa: BLE001 - the client raises anything from a bad file
+    except Exception as exc:
         message = " ".join(str(exc).split()) or exc.__class__.__name__
         raise InventoryError(f"cannot load kubeconfig: {message}", source=where) from None
     cfg.retries = 1  # fail fast on an unreachable server; the CLI is interactive

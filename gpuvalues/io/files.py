@@ -43,7 +43,7 @@ def _terminate_as_exit() -> Iterator[None]:
         yield
         return
 
-    def _raise(signum, frame):  # noqa: ARG001 - signal handler signature
+    def _raise(signum, frame):
         raise SystemExit(128 + signum)
 
     old = signal.signal(signal.SIGTERM, _raise)
@@ -179,7 +179,7 @@ def write_all(outputs: Sequence[tuple[str | os.PathLike, str | bytes]]) -> None:
                 recover(folder)
             if plan:
                 journal = _Journal(folders, [(t, f) for t, f, *_ in plan])
-                for i, (_, _, st, raw, current) in enumerate(plan):
+                for i, (_, _, st, raw, _current) in enumerate(plan):
                     journal.stage(i, raw, st)
                 for folder in folders:
                     _fsync_dir(folder)

@@ -207,7 +207,7 @@ def apply_updates(text: str, updates: Mapping[str, Any], source: str = "values.y
     yaml.indent(*_guess_indent(text))
     try:
         root = yaml.load(text)
-    except Exception as exc:  # noqa: BLE001 - yamlio gives the positioned message
+    except Exception as exc:
         yamlio.load_text(text, source, allow_empty=True)
         raise SpecError(f"cannot edit: {exc}", source=source) from None
     if root is None:

@@ -148,7 +148,7 @@ def serve_metrics(metrics: Metrics, address: str) -> ThreadingHTTPServer:
     host, _, port = address.rpartition(":")
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server API)
+        def do_GET(self):
             if self.path.split("?")[0] == "/metrics":
                 body, ctype = metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8"
             elif self.path == "/healthz":
@@ -621,7 +621,7 @@ class Controller:
             try:
                 leader = elector.try_acquire_or_renew() if elector else True
                 up = 1
-            except Exception as e:  # noqa: BLE001 - an unreachable API server must not end the loop
+            except Exception as e:
                 log.warning("lease: %s", e)
                 leader, up = (elector.is_leader() if elector else False), 0
             with self.metrics.lock:
@@ -635,7 +635,7 @@ class Controller:
                 except SyncAborted as e:
                     log.warning("sync stopped before its end: %s", e)
                     kind = "deadline"
-                except Exception:  # noqa: BLE001 - a failed sync must not stop the controller
+                except Exception:
                     log.exception("sync failed")
                     kind = "error"
                 finally:

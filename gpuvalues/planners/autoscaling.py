@@ -442,8 +442,9 @@ def plan_capacity(base_rps: float, peak_rps: float, replica_rps: float, *,
     if max_queue_wait_s is not None and not max_queue_wait_s > 0:
         raise CapacityError(f"must be > 0 seconds, got {max_queue_wait_s!r}", field="max_queue_wait_s")
 
-    size = lambda rate: replicas_for_load(rate, replica_rps, max_wait_probability=max_wait_probability,
-                                          max_queue_wait_s=max_queue_wait_s)
+    def size(rate):
+        return replicas_for_load(rate, replica_rps, max_wait_probability=max_wait_probability,
+                                              max_queue_wait_s=max_queue_wait_s)
     c_base = size(base_rps)
     c_peak = size(peak_rps)
     min_replicas = max(min_replicas_floor, c_base)

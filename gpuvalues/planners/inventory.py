@@ -344,7 +344,7 @@ def gpu_info_from_labels(labels: Mapping[str, str], allocatable: Mapping[str, in
     product = labels.get("nvidia.com/gpu.product")
     strategy = labels.get("nvidia.com/mig.strategy", "none")
     profiles: dict[str, int] = {}
-    for key, value in labels.items():
+    for key, _value in labels.items():
         m = _MIG_COUNT.fullmatch(key) if key.startswith("nvidia.com/mig-") else None
         if m:
             profiles[m.group(1)] = _int_label(labels, key)

@@ -1037,7 +1037,7 @@ def _pool_plans(model: _Model, demands, x, z) -> tuple[list[PoolPlan], dict, dic
                        for (key, inst), n in sorted(counted.items(), key=lambda kv: (-kv[1], str(kv[0]))))
         n_gpus = sum(counted.values())
         spare: Counter = Counter()
-        for (key, inst), n in counted.items():
+        for (_key, inst), n in counted.items():
             for i in inst:
                 if i.model is None:
                     spare[i.profile] += n

@@ -488,7 +488,7 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
                 labels[name] = {deviceplugin.CONFIG_LABEL: pool.name}
         dp_configs[pool.name] = milp.pool_device_plugin_config(mode, model.shared_r[k], gpu)
         spare: Counter = Counter()
-        for (key, inst), n in counted.items():
+        for (_key, inst), n in counted.items():
             for i in inst:
                 if i.model is None:
                     spare[i.profile] += n

@@ -162,7 +162,8 @@ def test_render_o_dir_one_file_per_object(helm4, tmp_path):
         obj = docs[0]
         assert f.name.split("_", 1)[1].startswith(obj["kind"].lower() + "-")
         written.append(obj)
-    key = lambda o: (o["kind"], o["metadata"]["name"])
+    def key(o):
+        return (o["kind"], o["metadata"]["name"])
     assert sorted(written, key=key) == sorted(streamed, key=key)
 
 

@@ -345,10 +345,10 @@ def test_default_config_must_exist(helm):
 
 def counter_fields(objects) -> list[str]:
     cm = one(objects, "ConfigMap", "dcgm-exporter")
-    lines = [l for l in cm["data"]["counters.csv"].splitlines() if l.strip() and not l.startswith("#")]
+    lines = [ln for ln in cm["data"]["counters.csv"].splitlines() if ln.strip() and not ln.startswith("#")]
     for line in lines:
         assert re.fullmatch(r"DCGM_(FI|EXP)_[A-Z0-9_]+, (gauge|counter|label), .+", line), line
-    return [l.split(",")[0] for l in lines]
+    return [ln.split(",")[0] for ln in lines]
 
 
 def test_dcgm_exporter_daemonset_service_and_counters():

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.chart.chartlib import by_kind, render, rendered, scenario_file, template
+from tests.chart.chartlib import by_kind, render, rendered, scenario_file
 from tests.chart.test_workload_checkov import ENV, _checkov
-from tests.conftest import TOOLS
 
 UPSTREAM = yaml.safe_load((Path(__file__).parent / "data" / "upstream-checkov.yaml").read_text())
 # scenario -> {our workload's component: the upstream workload it is compared with}

@@ -90,15 +90,24 @@ def kubelet_expand(text: str, env: dict[str, str]) -> str:
         if text[i] == "$" and i + 1 < len(text):
             nxt = text[i + 1]
             if nxt == "$":
-                out.append("$"); i += 2; continue
+                out.append("$")
+                i += 2
+                continue
             if nxt == "(":
                 end = text.find(")", i + 2)
                 if end >= 0:
                     name = text[i + 2:end]
-                    out.append(env.get(name, f"$({name})")); i = end + 1; continue
-                out.append("$("); i += 2; continue
-            out.append(text[i:i + 2]); i += 2; continue
-        out.append(text[i]); i += 1
+                    out.append(env.get(name, f"$({name})"))
+                    i = end + 1
+                    continue
+                out.append("$(")
+                i += 2
+                continue
+            out.append(text[i:i + 2])
+            i += 2
+            continue
+        out.append(text[i])
+        i += 1
     return "".join(out)
 
 
@@ -116,7 +125,8 @@ def run_sandboxed(script: str, env: dict[str, str], root: Path) -> tuple[int, li
     """Run `sh -c script` with stubbed PATH in an empty working folder; return the exit
     code, the stub calls made and what appeared in the working folder."""
     stubs, cwd = root / "stubs", root / "cwd"
-    stubs.mkdir(parents=True); cwd.mkdir()
+    stubs.mkdir(parents=True)
+    cwd.mkdir()
     log = root / "calls.log"
     for name in STUBS:
         p = stubs / name

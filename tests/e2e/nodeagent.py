@@ -221,7 +221,7 @@ class NodeAgents:
         while not self._stop.is_set():
             try:
                 self.tick()
-            except Exception as e:  # noqa: BLE001 -- a tick that fails is retried; its cause kept
+            except Exception as e:
                 self.errors["emulator"] = repr(e)
             self._stop.wait(self.interval)
 
@@ -511,7 +511,7 @@ class MigManager(threading.Thread):
                 try:
                     self.reconfigure(value)
                     self.error = ""
-                except Exception as e:  # noqa: BLE001 -- the process's error, reported by the emulator
+                except Exception as e:
                     if self.stop.is_set():
                         return
                     self.error = str(e) if isinstance(e, AgentError) else repr(e)

@@ -112,7 +112,7 @@ def test_bare_nodes_come_up_through_their_agents(day1, tmp_path):
     printed = day1lib.values(spec_path, tmp_path / "out", day1lib.gpuvalues_bin())
     rel, ns = fleet.platform.name, fleet.platform.namespace
     # bare: no node has a GPU label or resource before anything runs
-    for name, node in kube.nodes().items():
+    for _name, node in kube.nodes().items():
         assert not [k for k in node["metadata"]["labels"] if "nvidia.com" in k or "feature.node" in k], node
         assert not [k for k in node["status"]["allocatable"] if k.startswith("nvidia.com/")], node
     # the node groups' config selectors, as printed; then the releases

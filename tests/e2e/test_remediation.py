@@ -189,7 +189,7 @@ class ReadySampler(threading.Thread):
     def run(self):
         try:
             self._follow()
-        except Exception as e:  # noqa: BLE001 - closing the stream on stop() raises here
+        except Exception as e:
             if not self.stopping:
                 self.error = e
 

@@ -59,7 +59,7 @@ class PerNodeExporter(http.server.ThreadingHTTPServer):
 
 
 class _NodeHandler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         q = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
         text = self.server.body((q.get("node") or [""])[0])
         body = (text or "exporter gone\n").encode()
@@ -84,7 +84,7 @@ class Spoof(http.server.ThreadingHTTPServer):
 
 
 class _SpoofHandler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         body = "".join(f'DCGM_EXP_XID_ERRORS_COUNT{{gpu="0",Hostname="{v}",xid="79"}} 1\n'
                        f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",Hostname="{v}"}} 40\n' for v in sorted(self.server.victims))
         self.send_response(200)

@@ -216,7 +216,7 @@ def test_controls_the_same_readers_accept_the_unedited_files(tmp_path, capsys):
 class _Answer(http.server.BaseHTTPRequestHandler):
     status = 503
 
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):
         body = json.dumps({"kind": "Status", "code": self.status, "message": "x"}).encode()
         self.send_response(self.status)
         self.send_header("Content-Type", "application/json")

@@ -81,8 +81,8 @@ def _check(proc: subprocess.CompletedProcess, shown: str, out_dir: Path, before:
     if len(lines) > 1:
         # Validation failures list every finding, one placed line each (`[GVnnn]` codes):
         # the CLI's documented form for ValidationFailed; anything else is one line.
-        assert all(re.match(r"gpuvalues: error: " + re.escape(shown) + r":\d+:\d+: .*\[GV\d{3}\]", l)
-                   for l in lines), proc.stderr[:2000]
+        assert all(re.match(r"gpuvalues: error: " + re.escape(shown) + r":\d+:\d+: .*\[GV\d{3}\]", ln)
+                   for ln in lines), proc.stderr[:2000]
     assert lines and all(len(line) < 5000 for line in lines)
     assert re.match(r"gpuvalues: error: " + where, lines[0]), lines[0]
     code = re.search(r"\[(GV\d{3})\]", lines[0])

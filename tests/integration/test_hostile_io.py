@@ -5,7 +5,6 @@ no traceback, nothing written (or the file left as it was)."""
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import stat
 import subprocess

@@ -99,7 +99,7 @@ def exposition() -> str:
 class _Exporter(http.server.BaseHTTPRequestHandler):
     body = exposition().encode()
 
-    def do_GET(self):  # noqa: N802 (http.server API)
+    def do_GET(self):
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.send_header("Content-Length", str(len(self.body)))

@@ -44,7 +44,7 @@ def test_setup_second_run_installs_nothing():
     out = run(["bash", str(ROOT / "ci" / "setup.sh")])
     elapsed = time.monotonic() - start
     assert out.returncode == 0, out.stderr
-    installs = [l for l in out.stdout.splitlines() if l.startswith("setup:") and "ready:" not in l]
+    installs = [ln for ln in out.stdout.splitlines() if ln.startswith("setup:") and "ready:" not in ln]
     assert installs == [], installs
     assert elapsed < 30
 

@@ -87,7 +87,7 @@ def device_plugin(config_text: str | None, hardware: dict, *, plugin_env: dict |
     try:
         out = json.loads(proc.stdout)
     except json.JSONDecodeError:
-        raise AssertionError(f"oracle printed no JSON (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise AssertionError(f"oracle printed no JSON (rc {proc.returncode}):\n{proc.stderr[-3000:]}") from None
     if proc.returncode != 0:
         assert out.get("component") != "oracle-mock", f"oracle limit, not a verdict: {out['error']}"
         return Verdict(False, out["error"], out.get("component", ""), {}, {}, {}, out)
@@ -278,7 +278,7 @@ def adapter_served(config_text: str, prometheus_url: str) -> dict:
     try:
         out = json.loads(proc.stdout)
     except json.JSONDecodeError:
-        raise AssertionError(f"adapter oracle printed no JSON (rc {proc.returncode}): {proc.stderr[-2000:]}")
+        raise AssertionError(f"adapter oracle printed no JSON (rc {proc.returncode}): {proc.stderr[-2000:]}") from None
     assert (proc.returncode == 0) == ("error" not in out), out
     return out
 

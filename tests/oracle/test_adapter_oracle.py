@@ -50,7 +50,7 @@ def _server_exposition() -> str:
 
 def _handler(body: bytes):
     class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.end_headers()
@@ -93,7 +93,7 @@ def _prometheus(jobs: list[dict]):
             assert proc.poll() is None, (tmp / "log").read_text()
             with contextlib.suppress(OSError, ValueError):
                 q = urllib.request.urlopen(f"{url}/api/v1/query?query=count(up%3D%3D1)", timeout=2).read()
-                if f'"value":[' in q.decode() and q.decode().rstrip("}]").endswith(f'"{len(jobs)}"'):
+                if '"value":[' in q.decode() and q.decode().rstrip("}]").endswith(f'"{len(jobs)}"'):
                     break
             time.sleep(0.2)
         else:

@@ -3,9 +3,7 @@ GPU resource, the generated inventory's GPU facts are the device plugin's and GF
 `gpuvalues fit` (the CLI) reads the same generated nodes the e2e cluster creates."""
 from __future__ import annotations
 
-import json
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml

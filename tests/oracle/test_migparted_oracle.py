@@ -95,7 +95,7 @@ def _generated_valid():
     profiles = {"A100-80GB": ["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"],
                 "H100-80GB-SXM": ["1g.10gb", "1g.20gb", "3g.40gb", "4g.40gb"]}
     out = []
-    for gpu, profs in profiles.items():
+    for _gpu, profs in profiles.items():
         for devices, (p, n) in itertools.product(("all", [0], [0, 1, 2]), [(p, 1) for p in profs]):
             out.append({"version": "v1", "mig-configs": {"c": [
                 {"devices": devices, "mig-enabled": True, "mig-devices": {p: n}}]}})

@@ -228,7 +228,6 @@ def _fewest(fleet: Fleet, kept: Sequence[Sequence[tuple[int, ...]]], free: Seque
     """Fewest GPUs (at most `limit`) that meet every need, per pool from `kept` GPUs and `free` new ones."""
     cap = [len(kept[k]) + free[k] for k in range(len(fleet.pools))]
     top = sum(cap) if limit is None else min(sum(cap), limit)
-    zero = (0,) * len(fleet.classes)
     cache: dict = {}
     memos: list[dict] = [{} for _ in fleet.pools]
     for total in range(top + 1):

@@ -148,7 +148,7 @@ def test_catalog_matches_real_lgipp_output(case):
     import re
     gpu = catalog.get_gpu(case["gpu"])
     by_id = {p.id: p for p in gpu.profiles if p.id is not None}
-    lines = [l for l in case["text"].splitlines() if l.strip()]
+    lines = [ln for ln in case["text"].splitlines() if ln.strip()]
     assert lines
     for line in lines:
         m = re.match(r"GPU\s+\d+ Profile ID\s+(\d+) Placements?\s*: \{([\d,]+)\}:(\d+)$", line.strip())

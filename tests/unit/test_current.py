@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from gpuvalues.errors import GpuValuesError, PlanError
+from gpuvalues.errors import GpuValuesError
 from gpuvalues.io.current import load_current, split_node
 from gpuvalues.catalog import get_gpu
 from gpuvalues.planners.milp import NodePool

@@ -339,7 +339,7 @@ def small_cluster(draw):
     nodes = [{"name": f"n{i}", "alloc": {GPU: draw(st.integers(0, 8)), "nvidia.com/mig-1g.10gb": draw(st.integers(0, 3))},
               "pool": draw(st.sampled_from(["a", "b"])), "tainted": draw(st.booleans())} for i in range(n)]
     shapes = []
-    for k in range(draw(st.integers(1, 2))):
+    for _k in range(draw(st.integers(1, 2))):
         shapes.append({"res": draw(st.sampled_from([GPU, "nvidia.com/mig-1g.10gb"])), "q": draw(st.integers(1, 4)),
                        "replicas": draw(st.integers(1, 3)), "pool": draw(st.sampled_from([None, "a"])),
                        "tolerate": draw(st.booleans()), "spread": draw(st.booleans())})

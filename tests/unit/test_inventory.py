@@ -285,7 +285,7 @@ class _FakeAPIServer(http.server.BaseHTTPRequestHandler):
 
     seen: list[str] = []
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         type(self).seen.append(self.path)
         if self.path.startswith("/api/v1/nodes"):
             body = json.dumps({"apiVersion": "v1", "kind": "NodeList", "metadata": {},

@@ -5,7 +5,6 @@ stay inside a node's NVLink islands, and a pool that cannot hold its peak says w
 workloads hold its GPUs, with a registered code."""
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -129,7 +129,7 @@ def fleets(draw, *, current: bool):
         pools.append(NodePool(f"p{i}", gpu, gpn, n, mig_enabled=mig_on))
         if current:
             layouts = [dict(lay) for lay in R.all_layouts(gpu) if lay and all(p in BASE[gpu] for p, _ in lay)]
-            for j in range(draw(st.integers(0, n))):
+            for _ in range(draw(st.integers(0, n))):
                 gpus = tuple(draw(st.sampled_from(layouts)) if mig_on and draw(st.integers(0, 5)) else None
                              for _ in range(gpn))
                 nodes.append((f"p{i}", gpus))

@@ -139,7 +139,7 @@ def test_transition(case):
 
 def test_every_state_and_transition_is_covered():
     pairs = set()
-    for _, n, faults, pods, now, cfg, want, _k in TRANSITIONS:
+    for _, n, _faults, _pods, _now, _cfg, want, _k in TRANSITIONS:
         pairs.add((n.record.state, want))
     edges = {(State.HEALTHY, State.SUSPECT), (State.SUSPECT, State.HEALTHY), (State.SUSPECT, State.QUARANTINED),
              (State.QUARANTINED, State.DRAINING), (State.DRAINING, State.DRAINED), (State.DRAINED, State.RECOVERING),

@@ -3,10 +3,15 @@ runs against the real control plane in tests/e2e/test_rollout.py."""
 from __future__ import annotations
 
 import json
+import re
+import sys
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from gpuvalues import cli
 from gpuvalues.operations import rollout
 from gpuvalues.operations.rollout import NodeChange, plan_waves
 
@@ -103,11 +108,6 @@ def test_changes_from_replan_rejects_other_input():
 
 # --- the input, checked whole and offline before the first action (issue 24) ------------------
 
-import math
-import re
-import sys
-
-from gpuvalues import cli
 
 BASE = {
     "gpus_used": 3, "nodes_changed": 2, "solve_seconds": 0.01,
@@ -303,8 +303,6 @@ def test_a_malformed_state_annotation_is_reported_with_the_way_out(annotation):
 
 # --- fuzz: any hostile re-plan is one placed, coded line, or a valid plan ---------------------
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 FUZZ = settings(max_examples=60, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

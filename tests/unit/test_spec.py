@@ -113,7 +113,7 @@ def test_missing_required_and_wrong_api_version():
     lines = _errors(text)
     assert "s.yaml:1:1: (root): missing required key 'workloads' [GV000]" in lines
     assert "s.yaml:1:13: apiVersion: must be 'gpuvalues/v1', got 'v2' [GV000]" in lines
-    assert any("cluster.nodePools: 0 items, at least 1 allowed" in l for l in lines)
+    assert any("cluster.nodePools: 0 items, at least 1 allowed" in ln for ln in lines)
 
 
 def test_huge_numbers_are_rejected_not_overflowed():

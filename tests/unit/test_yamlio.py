@@ -169,7 +169,7 @@ def test_helm_scalar_direct():
     assert math.isclose(yamlio.helm_scalar("-1.5e-3"), -0.0015)
 
 
-@pytest.mark.parametrize("loader", yamlio._LOADERS, ids=lambda l: l.__name__)
+@pytest.mark.parametrize("loader", yamlio._LOADERS, ids=lambda ln: ln.__name__)
 def test_fast_and_pure_readers_agree(loader):
     import yaml
     text = "s:\n" + "".join(f"  k{i}: {t}\n" for i, (t, _) in enumerate(HELM_TYPES))
