@@ -22,8 +22,15 @@ import random
 import tempfile
 from collections import Counter
 
+import sys
+from pathlib import Path
+
 from benchlib import timed
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from gpuvalues.operations.rollout import NodeChange, load_replan, plan_waves
+from tests.unit.test_rollout import scan_waves_reference  # the old planner, one copy
 
 
 def fleet(n_nodes: int, seed: int = 24):
@@ -47,29 +54,6 @@ def fleet(n_nodes: int, seed: int = 24):
     return changes, pods, allowance
 
 
-def scan_waves(changes, pods, allowance, max_unavailable_per_pool=1):
-    """The planner before issue 24, as it was (wave by wave, rescanning the rest)."""
-    todo = sorted(changes, key=lambda c: (sum(pods.get(c.node, {}).values()), c.pool, c.node))
-    waves = []
-    while todo:
-        wave, per_pool, used, rest = [], Counter(), Counter(), []
-        for c in todo:
-            mine = pods.get(c.node, {})
-            fits = per_pool[c.pool] < max_unavailable_per_pool \
-                and all(used[b] + n <= allowance.get(b, 0) for b, n in mine.items() if b in allowance)
-            if not wave and not fits and per_pool[c.pool] < max_unavailable_per_pool:
-                fits = True
-            if fits:
-                wave.append(c)
-                per_pool[c.pool] += 1
-                used.update(mine)
-            else:
-                rest.append(c)
-        waves.append([c.node for c in wave])
-        todo = rest
-    return waves
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scan-up-to", type=int, default=4096, help="time the old scan up to this many nodes")
@@ -87,7 +71,7 @@ def main() -> None:
             old = "-"
             if n <= args.scan_up_to:
                 ref = []
-                ts, _ = timed(lambda: ref.append(scan_waves(changes, pods, allowance, k)), 1)
+                ts, _ = timed(lambda: ref.append(scan_waves_reference(changes, pods, allowance, k)), 1)
                 assert [[c.node for c in w.changes] for w in waves] == ref[-1], "waves differ from the scan"
                 old = f"{ts:.2f} s"
             print(f"| {n:,} | {k} | {len(waves):,} | {t:.3f} s | {old} |", flush=True)

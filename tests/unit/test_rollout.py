@@ -368,8 +368,9 @@ def test_fuzz_hostile_replans_are_refused_in_one_placed_coded_line(offline, caps
 
 # --- waves: the first-fit planner is the old wave-by-wave scan, without its rescans -----------
 
-def _scan_waves(changes, pods, allowance, max_unavailable_per_pool=1, max_nodes_per_wave=None):
-    """The planner before issue 24 (quadratic), kept as the reference the fast one must equal."""
+def scan_waves_reference(changes, pods, allowance, max_unavailable_per_pool=1, max_nodes_per_wave=None):
+    """The planner before issue 24 (quadratic), kept as the reference the fast one must equal
+    (bench/bench_rollout.py times it beside the new one)."""
     from collections import Counter
     todo = sorted(changes, key=lambda c: (sum(pods.get(c.node, {}).values()), c.pool, c.node))
     waves = []
@@ -411,7 +412,7 @@ def wave_cases(draw):
 def test_waves_equal_the_wave_by_wave_scan(case):
     changes, pods, allowance, per_pool, per_wave = case
     fast = plan_waves(changes, pods, allowance, max_unavailable_per_pool=per_pool, max_nodes_per_wave=per_wave)
-    assert [[c.node for c in w.changes] for w in fast] == _scan_waves(changes, pods, allowance, per_pool, per_wave)
+    assert [[c.node for c in w.changes] for w in fast] == scan_waves_reference(changes, pods, allowance, per_pool, per_wave)
     for w in fast:                                   # and PDB-safe: a budget over its allowance only alone
         for b, allow in allowance.items():
             used = sum(pods[c.node].get(b, 0) for c in w.changes)
