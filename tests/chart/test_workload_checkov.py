@@ -89,5 +89,5 @@ def test_network_policy_satisfies_checkov_where_enabled(results):
     # (only the helm-test client Pod, which no ingress policy needs to select, still shows up).
     fails = [(Path(f["file_path"]).name, f["resource"]) for f in results["failed_checks"]
              if f["check_id"] == "CKV2_K8S_6"]
-    assert [r for file, r in fails if file == "whole-hpa.yaml"] == ["Pod.default.whole-hpa-gpu-inference-test-ready"]
+    assert [r for file, r in fails if file == "whole-hpa.yaml"] == ["Pod.inference.whole-hpa-gpu-inference-test-ready"]
     assert len([r for file, r in fails if file == "minimal.yaml"]) == 2
