@@ -223,3 +223,28 @@ def wait(what: str, predicate, timeout: float = 120, interval: float = 0.5):
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def daemonset_admits(ds: dict, node: dict) -> bool:
+    """The DaemonSet's nodeSelector and required node affinity (In/NotIn/Exists/DoesNotExist,
+    terms ORed) admit the node, and its tolerations cover the node's NoSchedule taints."""
+    spec = ds["spec"]["template"]["spec"]
+    labels = node["metadata"].get("labels", {})
+    for t in node.get("spec", {}).get("taints") or []:
+        if t.get("effect") in ("NoSchedule", "NoExecute") and not any(
+                (tol.get("operator") == "Exists" and tol.get("key") in (None, t["key"]))
+                or (tol.get("key") == t["key"] and tol.get("value") == t.get("value"))
+                for tol in spec.get("tolerations") or [] if tol.get("effect") in (None, t["effect"])):
+            return False
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    terms = (spec.get("affinity", {}).get("nodeAffinity", {})
+             .get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms"))
+    if not terms:
+        return True
+
+    def ok(e):
+        v = labels.get(e["key"])
+        return {"In": v in e.get("values", []), "NotIn": v not in e.get("values", []),
+                "Exists": e["key"] in labels, "DoesNotExist": e["key"] not in labels}[e["operator"]]
+    return any(all(ok(e) for e in t.get("matchExpressions", [])) for t in terms)

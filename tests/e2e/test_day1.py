@@ -293,31 +293,6 @@ def oracle_limited(fleet) -> dict[str, str]:
     return out
 
 
-def _admits(ds: dict, node: dict) -> bool:
-    """The DaemonSet's nodeSelector and required node affinity (In/NotIn/Exists/DoesNotExist,
-    terms ORed) admit the node, and its tolerations cover the node's NoSchedule taints."""
-    spec = ds["spec"]["template"]["spec"]
-    labels = node["metadata"].get("labels", {})
-    for t in node.get("spec", {}).get("taints") or []:
-        if t.get("effect") in ("NoSchedule", "NoExecute") and not any(
-                (tol.get("operator") == "Exists" and tol.get("key") in (None, t["key"]))
-                or (tol.get("key") == t["key"] and tol.get("value") == t.get("value"))
-                for tol in spec.get("tolerations") or [] if tol.get("effect") in (None, t["effect"])):
-            return False
-    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
-        return False
-    terms = (spec.get("affinity", {}).get("nodeAffinity", {})
-             .get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms"))
-    if not terms:
-        return True
-
-    def ok(e):
-        v = labels.get(e["key"])
-        return {"In": v in e.get("values", []), "NotIn": v not in e.get("values", []),
-                "Exists": e["key"] in labels, "DoesNotExist": e["key"] not in labels}[e["operator"]]
-    return any(all(ok(e) for e in t.get("matchExpressions", [])) for t in terms)
-
-
 @pytest.mark.parametrize("example", FLEETS)
 def test_day1_fleet_from_bare_nodes(example, day1, tmp_path, prometheus_bin):
     import gpuvalues
@@ -388,7 +363,7 @@ def test_day1_fleet_from_bare_nodes(example, day1, tmp_path, prometheus_bin):
 
     # 2. every platform pod Running on exactly the nodes its DaemonSet admits
     for ds in kube.json("get", "daemonsets", "-A")["items"]:
-        admitted = {n for n, o in nodes.items() if _admits(ds, o)}
+        admitted = {n for n, o in nodes.items() if e2elib.daemonset_admits(ds, o)}
         match = e2elib.selector_string(ds["spec"]["selector"]["matchLabels"])
         e2elib.wait(f"DaemonSet {ds['metadata']['name']} Running on its {len(admitted)} nodes", lambda: {
             p["spec"].get("nodeName") for p in kube.pods(ds["metadata"]["namespace"], match)
