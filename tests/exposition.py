@@ -7,11 +7,16 @@ import http.server
 
 
 class ExpositionHandler(http.server.BaseHTTPRequestHandler):
-    """For an `http.server.HTTPServer` subclass that defines `exposition() -> str`."""
+    """For an `http.server.HTTPServer` subclass that defines `exposition() -> str`. A subclass
+    may override `text()`; None there answers 503, as an exporter that is gone."""
+
+    def text(self) -> str | None:
+        return self.server.exposition()
 
     def do_GET(self):
-        body = self.server.exposition().encode()
-        self.send_response(200)
+        text = self.text()
+        body = (text if text is not None else "exporter gone\n").encode()
+        self.send_response(200 if text is not None else 503)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

@@ -30,6 +30,7 @@ from gpuvalues.operations.remediation import ANN_RECORD, ANN_STATE, TAINT_KEY
 from tests.e2e.conftest import POOL
 from tests.e2e.test_remediation import (SYNC, Remediator, _gpu_deployment, controller_events, lease_holder,
                                         live_pods, node, our_taint, ready_on, state)
+from tests.exposition import ExpositionHandler
 from tests.faultproxy import FaultProxy
 
 JOB = "dcgm-exporter"
@@ -58,19 +59,12 @@ class PerNodeExporter(http.server.ThreadingHTTPServer):
         return "\n".join(out) + "\n"
 
 
-class _NodeHandler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        q = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
-        text = self.server.body((q.get("node") or [""])[0])
-        body = (text or "exporter gone\n").encode()
-        self.send_response(200 if text is not None else 503)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+class _NodeHandler(ExpositionHandler):
+    """One target per node (`?node=`): the node's series, or 503 once its exporter is gone."""
 
-    def log_message(self, *args):
-        pass
+    def text(self):
+        q = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        return self.server.body((q.get("node") or [""])[0])
 
 
 class Spoof(http.server.ThreadingHTTPServer):
@@ -79,21 +73,12 @@ class Spoof(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self):
-        super().__init__(("127.0.0.1", 0), _SpoofHandler)
+        super().__init__(("127.0.0.1", 0), ExpositionHandler)
         self.victims: set[str] = set()
 
-
-class _SpoofHandler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = "".join(f'DCGM_EXP_XID_ERRORS_COUNT{{gpu="0",Hostname="{v}",xid="79"}} 1\n'
-                       f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",Hostname="{v}"}} 40\n' for v in sorted(self.server.victims))
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body.encode())
-
-    def log_message(self, *args):
-        pass
+    def exposition(self) -> str:
+        return "".join(f'DCGM_EXP_XID_ERRORS_COUNT{{gpu="0",Hostname="{v}",xid="79"}} 1\n'
+                       f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",Hostname="{v}"}} 40\n' for v in sorted(self.victims))
 
 
 class Signals:
