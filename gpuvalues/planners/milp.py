@@ -977,6 +977,16 @@ def assign_runs(slots: Sequence[tuple[str, int]], queues: dict[str, deque], coun
         count -= repeat
 
 
+def spare_instances(counted: Mapping[tuple[Any, tuple[Instance, ...]], int]) -> Counter[str]:
+    """Instances no model uses, by profile, over (layout key, instances) -> GPU counts."""
+    spare: Counter[str] = Counter()
+    for (_key, inst), n in counted.items():
+        for i in inst:
+            if i.model is None:
+                spare[i.profile] += n
+    return spare
+
+
 def chunk_nodes(keys: Sequence[tuple[Any, int]], per_node: int) -> Counter:
     """Nodes of `per_node` GPUs from (layout key, count) runs in order, as a Counter of
     device tuples (the last node padded with None); whole runs become node counts at once."""
@@ -1036,11 +1046,7 @@ def _pool_plans(model: _Model, demands, x, z) -> tuple[list[PoolPlan], dict, dic
         groups = tuple(GpuGroup(pool.name, layouts.get(key) if mode == "mig" else None, inst, n)
                        for (key, inst), n in sorted(counted.items(), key=lambda kv: (-kv[1], str(kv[0]))))
         n_gpus = sum(counted.values())
-        spare: Counter = Counter()
-        for (_key, inst), n in counted.items():
-            for i in inst:
-                if i.model is None:
-                    spare[i.profile] += n
+        spare = spare_instances(counted)
         unused = 0
         if mode == "mig":
             unused = sum((gpu.mig.memory_slices - sum(gpu.profile(p).memory_slices * c for p, c in key)) * cnt

@@ -487,11 +487,7 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
             else:
                 labels[name] = {deviceplugin.CONFIG_LABEL: pool.name}
         dp_configs[pool.name] = milp.pool_device_plugin_config(mode, model.shared_r[k], gpu)
-        spare: Counter = Counter()
-        for (_key, inst), n in counted.items():
-            for i in inst:
-                if i.model is None:
-                    spare[i.profile] += n
+        spare = milp.spare_instances(counted)
         n_gpus = sum(counted.values())
         pool_plans.append(milp.PoolPlan(pool, mode, n_gpus, sum(ncount.values()),
                                         gpu_groups, ngroups, dict(spare), 0, model.shared_r[k]))
