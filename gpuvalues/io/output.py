@@ -9,9 +9,14 @@ FORMATS = ("table", "yaml", "json")
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain aligned text table."""
-    cells = [[str(h) for h in headers]] + [[("" if c is None else str(c)) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    n = len(headers)
+    cells = [[str(h) for h in headers]]
+    for r in rows:     # strings as they are (a 1,024-GPU topology table has a million cells)
+        r = list(r[:n])
+        cells.append(r if set(map(type, r)) <= {str} else [("" if c is None else str(c)) for c in r])
+    widths = [max(map(len, col)) for col in zip(*cells)] if len(cells) > 1 else [len(h) for h in cells[0]]
+    row_format = "  ".join("{:<%d}" % w if w else "{}" for w in widths)
+    lines = [row_format.format(*r).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines) + "\n"
 

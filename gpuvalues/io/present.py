@@ -161,8 +161,15 @@ def topology_table(data: dict) -> str:
     from gpuvalues.io.output import table
 
     gpus = data["gpus"]
-    rows = [[f"GPU{a}"] + [("X" if a == b else data["links"][f"GPU{a}"][f"GPU{b}"]) for b in gpus]
-            + [data["numaAffinity"].get(f"GPU{a}") or "-"] for a in gpus]
+    names = [f"GPU{g}" for g in gpus]
+    rows = []
+    for i, name in enumerate(names):   # the report's rows list every other GPU in order
+        links = data["links"][name]
+        cells = list(links.values())
+        cells.insert(i, "X")
+        if len(cells) != len(names) or (i == 0 and list(links) != names[1:]):
+            cells = [("X" if b == name else links[b]) for b in names]
+        rows.append([name, *cells, data["numaAffinity"].get(name) or "-"])
     out = [table([""] + [f"GPU{g}" for g in gpus] + ["NUMA"], rows).rstrip()]
     cliques = data["nvlinkCliques"]
     out.append("NVLink cliques: " + (", ".join("{" + ",".join(map(str, c)) + "}" for c in cliques) or "none")
