@@ -260,9 +260,14 @@ def cmd_topo(args: argparse.Namespace) -> int:
     from gpuvalues.planners import topology
 
     topo = topology.parse_topo_matrix(yamlio.read_text(args.file), source=args.file)
-    emit(args, topology.topology_report(topo, best=args.best, available=args.available, prefix=args.prefix,
-                                        key=args.key, count_nvswitch_links=args.count_nvswitch_links),
-         present.topology_table)
+    try:
+        report = topology.topology_report(topo, best=args.best, available=args.available, prefix=args.prefix,
+                                          key=args.key, count_nvswitch_links=args.count_nvswitch_links)
+    except GpuValuesError as exc:     # about the whole matrix (its cliques, the GPUs asked for): name the file
+        if exc.source is None and exc.field != "best":
+            exc.source = args.file
+        raise
+    emit(args, report, present.topology_table)
     return 0
 
 

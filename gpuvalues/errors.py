@@ -218,6 +218,8 @@ CODES = {
               "re-plan against the current cluster, or remove a malformed rollout state annotation"),
     "GV049": ("a rollout stopped: mig-manager failed or a wave timed out",
               "see the node's Events and mig-manager's logs, fix, then rerun (it resumes)"),
+    "GV075": ("a topology too irregular to analyse within gpuvalues' search bound",
+              "check the `nvidia-smi topo -m` output: real NVLink graphs are a few cliques"),
     "GV100": ("bad input", "fix the value the message names"),
 }
 

@@ -379,5 +379,6 @@ def inventory_from_sources(*, inventory: str | None = None, kubeconfig: str | No
         name, csv_path, topo_path = parse_smi_arg(arg)
         csv_text = _read(csv_path, "nvidia-smi CSV")
         topo_text = _read(topo_path, "nvidia-smi topo -m output") if topo_path else None
-        nodes.append(node_from_nvidia_smi(name, csv_text, topo_text, source=str(csv_path)))
+        nodes.append(node_from_nvidia_smi(name, csv_text, topo_text, source=str(csv_path),
+                                          topo_source=str(topo_path) if topo_path else None))
     return Inventory(tuple(nodes), source="nvidia-smi")

@@ -21,9 +21,7 @@ In dicts, quantities use Kubernetes notation (`cpu: "500m"`, `memory: 64Gi`, `cp
 """
 from __future__ import annotations
 
-import csv
 import functools
-import io
 import json
 import re
 from collections import Counter
@@ -32,6 +30,7 @@ from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
 from gpuvalues.catalog import gfd_product_label
+from gpuvalues.csvtext import Cell, CsvSyntaxError, end_column, split_line
 from gpuvalues.errors import GpuValuesError, InventoryError
 from gpuvalues.kube import label_problem, node_name_problem, parse_quantity
 from gpuvalues.planners.topology import DEFAULT_TOPOLOGY_KEY, Topology, nvlink_size, parse_topo_matrix
@@ -518,52 +517,71 @@ def too_many_nodes(n: int | str) -> str:
 
 # -- nvidia-smi ------------------------------------------------------------------------------
 def _mib(value: str) -> int:
-    m = re.fullmatch(r"\s*(\d+)\s*(MiB)?\s*", value)
+    m = re.fullmatch(r"\s*(\d{1,12})\s*(MiB)?\s*", value)
     if not m:
-        raise InventoryError(f"memory.total {value!r} is not '<n> MiB'")
+        raise InventoryError(f"{value!r} is not '<n> MiB'")
     return int(m.group(1))
 
 
 def node_from_nvidia_smi(name: str, query_csv: str, topo_text: str | None = None, *,
                          labels: Mapping[str, str] | None = None, taints: Iterable[Taint] = (),
-                         source: str | None = None, topology_key: str = DEFAULT_TOPOLOGY_KEY) -> Node:
+                         source: str | None = None, topology_key: str = DEFAULT_TOPOLOGY_KEY,
+                         topo_source: str | None = None) -> Node:
     """One node from `nvidia-smi --query-gpu=index,name,memory.total[,mig.mode.current] --format=csv`.
 
-    The CSV needs its header line (no `noheader`). `topo_text` (`nvidia-smi topo -m`)
-    adds the topology and its labels. Labels follow GFD so fit and the chart's
-    selectors see the same keys as on a real cluster.
+    The CSV needs its header line (no `noheader`). `topo_text` (`nvidia-smi topo -m`,
+    read from `topo_source`) adds the topology and its labels. Labels follow GFD so fit
+    and the chart's selectors see the same keys as on a real cluster. Errors name the
+    line:col and the column's header name.
     """
-    rows = list(csv.reader(io.StringIO(query_csv.strip())))
-    if not rows or not rows[0]:
-        raise InventoryError("empty nvidia-smi CSV", source=source, line=1)
-    header = [re.sub(r"\s*\[.*?\]\s*$", "", h.strip()) for h in rows[0]]
+    def fail(msg: str, lineno: int, col: int, field: str | None) -> InventoryError:
+        return InventoryError(msg, source=source, line=lineno, column=col, field=field)
+
+    def split(line: str, lineno: int) -> list[Cell]:
+        try:
+            return split_line(line)
+        except CsvSyntaxError as exc:
+            raise fail(str(exc), lineno, exc.column, None) from None
+
+    lines = query_csv.splitlines()
+    first = next((k for k, line in enumerate(lines) if line.strip()), None)
+    if first is None:
+        raise fail("empty nvidia-smi CSV", 1, 1, "header")
+    head_cells = split(lines[first], first + 1)
+    header = [re.sub(r"\s*\[.*?\]\s*$", "", c.value) for c in head_cells]
     if "name" not in header or "memory.total" not in header:
-        raise InventoryError("CSV header must include name and memory.total "
-                             "(nvidia-smi --query-gpu=index,name,memory.total,mig.mode.current --format=csv)",
-                             source=source, line=1)
+        raise fail("CSV header must include name and memory.total "
+                   "(nvidia-smi --query-gpu=index,name,memory.total,mig.mode.current --format=csv)",
+                   first + 1, 1, "header")
     gpus = []
-    for lineno, row in enumerate(rows[1:], start=2):
-        if not row or not "".join(row).strip():
+    for lineno, line in enumerate(lines[first + 1:], start=first + 2):
+        if not line.strip():
+            continue
+        row = split(line, lineno)
+        if not "".join(c.value for c in row):
             continue
         if len(row) != len(header):
-            raise InventoryError(f"{len(row)} fields, the header has {len(header)}", source=source, line=lineno)
-        rec = {h: v.strip() for h, v in zip(header, row)}
+            at = row[len(header)].column if len(row) > len(header) else end_column(line)
+            missing = header[len(row)] if len(row) < len(header) else None
+            raise fail(f"{len(row)} fields, the header has {len(header)}", lineno, at, missing)
+        rec = {h: c for h, c in zip(header, row)}
         try:
-            mem = _mib(rec["memory.total"])
+            mem = _mib(rec["memory.total"].value)
         except ValueError as exc:
-            raise InventoryError(str(exc), source=source, line=lineno, field="memory.total") from None
-        mig = rec.get("mig.mode.current")
+            raise fail(str(exc), lineno, rec["memory.total"].column, "memory.total") from None
+        mig = rec["mig.mode.current"].value if "mig.mode.current" in rec else None
         if mig == "Enabled":
-            raise InventoryError("MIG is enabled on this GPU and --query-gpu does not list MIG devices; "
-                                 "build this node from `kubectl get nodes -o json` instead",
-                                 source=source, line=lineno, field="mig.mode.current")
-        gpus.append((rec["name"], mem, mig, lineno))
+            raise fail("MIG is enabled on this GPU and --query-gpu does not list MIG devices; "
+                       "build this node from `kubectl get nodes -o json` instead",
+                       lineno, rec["mig.mode.current"].column, "mig.mode.current")
+        gpus.append((rec["name"].value, mem, mig, lineno, rec["name"].column))
     if not gpus:
-        raise InventoryError("no GPU rows in the nvidia-smi CSV", source=source, line=len(rows))
+        raise fail("no GPU rows in the nvidia-smi CSV", len(lines), 1, None)
     products = sorted({g[0] for g in gpus})
     if len(products) > 1:
-        raise InventoryError(f"mixed GPU models on one node ({', '.join(products)}); "
-                             "GFD labels describe one model per node", source=source, line=gpus[0][3])
+        other = next(g for g in gpus if g[0] != gpus[0][0])
+        raise fail(f"mixed GPU models on one node ({', '.join(products)}); "
+                   "GFD labels describe one model per node", other[3], other[4], "name")
     count = len(gpus)
     node_labels = {
         "nvidia.com/gpu.present": "true",
@@ -578,10 +596,10 @@ def node_from_nvidia_smi(name: str, query_csv: str, topo_text: str | None = None
         node_labels["nvidia.com/mig.capable"] = "false"
     topology = None
     if topo_text is not None:
-        topology = parse_topo_matrix(topo_text, source=f"{source}:topo" if source else f"{name}:topo")
+        topology = parse_topo_matrix(topo_text, source=topo_source or (f"{source}:topo" if source else f"{name}:topo"))
         if len(topology.gpus) != count:
-            raise InventoryError(f"topo -m shows {len(topology.gpus)} GPUs but the CSV lists {count}",
-                                 source=source, field="topology")
+            raise fail(f"topo -m shows {len(topology.gpus)} GPUs but the CSV lists {count}",
+                       gpus[-1][3], 1, "topology")
         node_labels.update(topology.labels(key=topology_key))
     node_labels.update(labels or {})
     resources = {GPU: count}

@@ -20,11 +20,11 @@ queueing delay, (L_q + backlog) / capacity, exceeds `queue_wait_slo_s`.
 from __future__ import annotations
 
 import bisect
-import csv
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from gpuvalues.csvtext import CsvSyntaxError, end_column, split_line
 from gpuvalues.errors import CapacityError
 from gpuvalues.planners.autoscaling import erlang_b
 from gpuvalues.planners.hpa import (
@@ -68,36 +68,47 @@ class Trace:
 
 
 def parse_trace(text: str, source: str = "<trace>") -> Trace:
-    """Parse `time_s,requests_per_s` CSV text; errors name source, line and field."""
+    """Parse `time_s,requests_per_s` CSV text; errors name source, line:col and field."""
     times: list[float] = []
     rates: list[float] = []
-    for lineno, row in enumerate(csv.reader(text.splitlines()), start=1):
-        if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
+    lines = text.splitlines()
+
+    def fail(msg: str, lineno: int, col: int, field: str) -> CapacityError:
+        return CapacityError(msg, source=source, line=lineno, column=col, field=field)
+
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
             continue
-        cells = [c.strip() for c in row]
+        try:
+            row = split_line(line)
+        except CsvSyntaxError as exc:
+            raise fail(str(exc), lineno, exc.column, "row") from None
+        cells = [c.value for c in row]
+        if not "".join(cells):        # a row of empty fields, as csv-writing tools leave
+            continue
         if not times and cells[0] == "time_s":
             if cells[1:] != ["requests_per_s"]:
-                raise CapacityError("header must be `time_s,requests_per_s`", source=source, line=lineno)
+                at = row[1].column if len(row) > 1 else end_column(line)
+                raise fail("header must be `time_s,requests_per_s`", lineno, at, "header")
             continue
         if len(cells) != 2:
-            raise CapacityError(f"expected 2 columns (time_s,requests_per_s), found {len(cells)}",
-                                source=source, line=lineno)
+            at, field = (row[2].column, "row") if len(row) > 2 else (end_column(line), "requests_per_s")
+            raise fail(f"expected 2 columns (time_s,requests_per_s), found {len(cells)}", lineno, at, field)
         values = []
-        for name, cell in zip(("time_s", "requests_per_s"), cells):
+        for name, cell in zip(("time_s", "requests_per_s"), row):
             try:
-                v = float(cell)
+                v = float(cell.value)
             except ValueError:
-                raise CapacityError(f"{cell!r} is not a number", source=source, line=lineno, field=name) from None
+                raise fail(f"{cell.value!r} is not a number", lineno, cell.column, name) from None
             if not math.isfinite(v) or v < 0:
-                raise CapacityError(f"must be a finite number >= 0, got {cell}", source=source, line=lineno, field=name)
+                raise fail(f"must be a finite number >= 0, got {cell.value}", lineno, cell.column, name)
             values.append(v)
         if times and values[0] <= times[-1]:
-            raise CapacityError(f"times must increase: {cells[0]} after {times[-1]:g}",
-                                source=source, line=lineno, field="time_s")
+            raise fail(f"times must increase: {cells[0]} after {times[-1]:g}", lineno, row[0].column, "time_s")
         times.append(values[0])
         rates.append(values[1])
     if len(times) < 2:
-        raise CapacityError("a trace needs at least two `time_s,requests_per_s` rows", source=source)
+        raise fail("a trace needs at least two `time_s,requests_per_s` rows", max(len(lines), 1), 1, "rows")
     return Trace(tuple(times), tuple(rates), source)
 
 

@@ -79,7 +79,7 @@ _NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 # unions of a few cliques and take about 10 steps per GPU (a 1,024-GPU NVSwitch node:
 # about 3,000); a graph built to have exponentially many maximal cliques (3^(n/3), Moon
 # and Moser) is refused past this bound instead of running for hours (GV075).
-MAX_CLIQUE_WORK = 2_000_000
+MAX_CLIQUE_WORK = 1_000_000
 
 
 def _is_nvlink(cell: str) -> bool:

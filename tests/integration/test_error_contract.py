@@ -31,9 +31,15 @@ from tests.conftest import ROOT, TOOLS
 MIXED = ROOT / "examples" / "mixed-a100-h100-mig.yaml"
 SINGLE = ROOT / "examples" / "single-a100.yaml"
 CURRENT = (ROOT / "examples" / "current" / "mixed-a100-h100-mig.yaml").read_text()
-# line:col; line-oriented text (a CSV trace, `topo -m` output) names the line only
+# file:line:col (line-oriented text too: CSV traces and nvidia-smi CSV, `topo -m` output)
 LINE = re.compile(r"gpuvalues: error: (?P<where>\S+?)(:(?P<line>\d+)(:(?P<col>\d+))?)?: (?P<rest>.*) "
                   r"\[(?P<code>GV\d{3})\]$")
+
+
+# 48 GPUs NVLinked to all but their pair partner: 2^24 maximal cliques (Moon and Moser's worst case)
+MOON_MOSER = "\t" + "\t".join(f"GPU{j}" for j in range(48)) + "\n" + "".join(
+    f"GPU{i}\t" + "\t".join("X" if i == j else "SYS" if i // 2 == j // 2 else "NV1" for j in range(48)) + "\n"
+    for i in range(48))
 
 
 def node(**edits) -> dict:
@@ -137,9 +143,29 @@ CASES = [
     ("fit: a key given twice", "m.yaml", "kind: Deployment\nkind: Pod\n",
      ["fit", "--inventory", "{inv}", "--manifests", "{f}"], "GV039", None, "kind: Pod"),
     # topo, simulate, update, values, validate
-    ("topo: not a matrix", "t.txt", "garbage\n", ["topo", "{f}"], "GV100", None, "garbage"),
+    ("topo: not a matrix", "t.txt", "garbage\n", ["topo", "{f}"], "GV100", "header", "garbage"),
+    ("topo: a cell that is no link", "t.txt", "\tGPU0\tGPU1\nGPU0\t X \tFAST\nGPU1\tFAST\t X \n", ["topo", "{f}"],
+     "GV100", "GPU0.GPU1", "FAST"),
+    ("topo: a link that reads differently both ways", "t.txt", "\tGPU0\tGPU1\nGPU0\t X \tNV2\nGPU1\tSYS\t X \n",
+     ["topo", "{f}"], "GV100", "GPU1.GPU0", "SYS"),
+    ("topo: a row cut short", "t.txt", "\tGPU0\tGPU1\tGPU2\nGPU0\t X \tPIX\nGPU1\tPIX\t X\tPIX\n", ["topo", "{f}"],
+     "GV100", "GPU0.GPU2", None),
+    ("topo: an affinity that is no CPU list", "t.txt", "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tPIX\t0-7\n"
+     "GPU1\tPIX\t X \t0-7x\n", ["topo", "{f}"], "GV100", "GPU1.CPU Affinity", "0-7x"),
+    ("topo: NVLinks with 3^(n/3) maximal cliques", "t.txt", MOON_MOSER, ["topo", "{f}"], "GV075", None, None),
     ("simulate: a rate that is not a number", "t.csv", "time_s,requests_per_s\n0,abc\n",
-     ["simulate", "{f}", "--replica-rps", "3"], "GV100", "requests_per_s", None),
+     ["simulate", "{f}", "--replica-rps", "3"], "GV100", "requests_per_s", "abc"),
+    ("simulate: a time that does not increase", "t.csv", "time_s,requests_per_s\n5,1\n 5,2\n",
+     ["simulate", "{f}", "--replica-rps", "3"], "GV100", "time_s", "5,2"),
+    ("simulate: an unclosed quote", "t.csv", 'time_s,requests_per_s\n0,1\n60,"2\n',
+     ["simulate", "{f}", "--replica-rps", "3"], "GV100", "row", '"2'),
+    ("inventory --nvidia-smi: a memory that is not MiB", "q.csv", "index, name, memory.total [MiB]\n0, Tesla T4, lots\n",
+     ["inventory", "--nvidia-smi", "n1={f}"], "GV100", "memory.total", "lots"),
+    ("inventory --nvidia-smi: a row short of fields", "q.csv", "index, name, memory.total [MiB]\n0, Tesla T4\n",
+     ["inventory", "--nvidia-smi", "n1={f}"], "GV100", "memory.total", None),
+    ("inventory --nvidia-smi: two GPU models", "q.csv",
+     "index, name, memory.total [MiB]\n0, Tesla T4, 15360 MiB\n1, Tesla V100, 16384 MiB\n",
+     ["inventory", "--nvidia-smi", "n1={f}"], "GV100", "name", "Tesla V100"),
     ("update: not a mapping", "v.yaml", "- 1\n", ["update", "{f}", "--set", "a=1"], "GV100", None, None),
     ("values: a list spec", "s.yaml", "- 1\n", ["values", "{f}"], "GV100", None, "- 1"),
     ("values: gpus 1 for a model that needs 3 GPUs", "s.yaml",

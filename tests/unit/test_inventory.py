@@ -153,18 +153,23 @@ def test_nvidia_smi_without_topo_and_without_mig_column():
     assert "nvidia.com/mig.capable" not in node.labels and "nvidia.com/gpu.topology" not in node.labels
 
 
-@pytest.mark.parametrize("csv_text,line,match", [
-    ("index, name\n0, Tesla T4\n", 1, "memory.total"),
+@pytest.mark.parametrize("csv_text,line,col,field,match", [
+    ("index, name\n0, Tesla T4\n", 1, 1, "header", "memory.total"),
     ("index, name, memory.total [MiB], mig.mode.current\n0, NVIDIA A100-SXM4-40GB, 40960 MiB, Enabled\n",
-     2, "MIG is enabled"),
-    ("index, name, memory.total [MiB]\n0, Tesla T4, 15360 MiB\n1, Tesla V100, 16384 MiB\n", 2, "mixed GPU models"),
-    ("index, name, memory.total [MiB]\n0, Tesla T4, lots\n", 2, "MiB"),
-    ("index, name, memory.total [MiB]\n0, Tesla T4\n", 2, "fields"),
+     2, 38, "mig.mode.current", "MIG is enabled"),
+    ("index, name, memory.total [MiB]\n0, Tesla T4, 15360 MiB\n1, Tesla V100, 16384 MiB\n", 3, 4, "name",
+     "mixed GPU models"),
+    ("index, name, memory.total [MiB]\n0, Tesla T4, lots\n", 2, 14, "memory.total", "MiB"),
+    ("index, name, memory.total [MiB]\n0, Tesla T4\n", 2, 12, "memory.total", "fields"),
+    ("index, name, memory.total [MiB]\n0, Tesla T4, 1 MiB, x\n", 2, 21, None, "fields"),
+    ("\n\nindex, name, memory.total [MiB]\n0,\"Tesla T4, 1 MiB\n", 4, 3, None, "not closed"),
+    ("", 1, 1, "header", "empty"),
 ])
-def test_nvidia_smi_errors(csv_text, line, match):
+def test_nvidia_smi_errors(csv_text, line, col, field, match):
     with pytest.raises(InventoryError, match=match) as exc:
         node_from_nvidia_smi("n", csv_text, source="q.csv")
-    assert exc.value.line == line and exc.value.source == "q.csv"
+    assert (exc.value.line, exc.value.column, exc.value.field, exc.value.source) == (line, col, field, "q.csv")
+    assert str(exc.value).startswith(f"q.csv:{line}:{col}: " + (f"{field}: " if field else ""))
 
 
 def test_nvidia_smi_topology_must_match_gpu_count():

@@ -1,6 +1,6 @@
 """The package's layers import one way only (the import contract, checked on the source).
 
-    base (errors, kube, yamlio, bundle) -> catalog -> planners -> fleet -> checks -> render
+    base (errors, kube, yamlio, bundle, csvtext) -> catalog -> planners -> fleet -> checks -> render
     -> edges (io, pipeline, operations) -> cli / the package's public API
 
 A module may import its own layer and the layers before it, never a later one: so the
@@ -16,7 +16,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gpuvalues"
 LAYERS = [
-    {"errors", "kube", "yamlio", "bundle", "schemas"},
+    {"errors", "kube", "yamlio", "bundle", "schemas", "csvtext"},
     {"catalog"},
     {"planners"},
     {"fleet"},

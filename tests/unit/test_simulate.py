@@ -35,20 +35,39 @@ def test_parse_trace_with_header_comments_and_interpolation():
     assert tr.at(30) == 25.0 and tr.at(-5) == 10.0 and tr.at(500) == 40.0
 
 
-@pytest.mark.parametrize("text, line, field, words", [
-    ("time_s,requests_per_s\n0,10\n15,abc\n", 3, "requests_per_s", "not a number"),
-    ("0,10\n15,-1\n", 2, "requests_per_s", ">= 0"),
-    ("0,10\n15,1,2\n", 2, None, "expected 2 columns"),
-    ("0,10\n15,1\n15,3\n", 3, "time_s", "times must increase"),
-    ("0,10\n15,nan\n", 2, "requests_per_s", "finite"),
-    ("time_s,rps\n0,1\n", 1, None, "header"),
+@pytest.mark.parametrize("text, line, col, field, words", [
+    ("time_s,requests_per_s\n0,10\n15,abc\n", 3, 4, "requests_per_s", "not a number"),
+    ("0,10\n15, -1\n", 2, 5, "requests_per_s", ">= 0"),
+    ("0,10\n15,1,2\n", 2, 6, "row", "expected 2 columns"),
+    ("0,10\n15\n", 2, 3, "requests_per_s", "expected 2 columns"),
+    ("0,10\n15,1\n15,3\n", 3, 1, "time_s", "times must increase"),
+    ("0,10\n15,nan\n", 2, 4, "requests_per_s", "finite"),
+    ("time_s,rps\n0,1\n", 1, 8, "header", "header"),
+    ('0,10\n"15,1\n', 2, 1, "row", "not closed"),
+    ('0,10\n"15"x,1\n', 2, 5, "row", "after a closing quote"),
 ])
-def test_bad_trace_names_line_and_field(text, line, field, words):
+def test_bad_trace_names_line_column_and_field(text, line, col, field, words):
     with pytest.raises(CapacityError) as e:
         parse_trace(text, "t.csv")
-    assert (e.value.source, e.value.line, e.value.field) == ("t.csv", line, field)
+    assert (e.value.source, e.value.line, e.value.column, e.value.field) == ("t.csv", line, col, field)
     assert words in e.value.message
-    assert str(e.value).startswith(f"t.csv:{line}: ")
+    assert str(e.value).startswith(f"t.csv:{line}:{col}: {field}: ")
+
+
+def test_quoted_and_blank_trace_rows_read_as_csv_reads_them():
+    # Python's csv module (excel dialect) is the judge of what each field holds
+    import csv
+
+    text = 'time_s,requests_per_s\n"0", 10\n,\n"6""0",\t"40" \n"120" ,"5,0"\n'
+    want = [row for row in csv.reader(text.splitlines()) if "".join(row)][1:]
+    assert want[1] == ['6"0', '\t"40" '] and want[2] == ["120 ", "5,0"]
+    with pytest.raises(CapacityError) as e:     # '6"0' is no number, for either reader
+        parse_trace(text, "t.csv")
+    assert (e.value.line, e.value.column, e.value.field) == (4, 1, "time_s")
+    fixed = text.replace('"6""0"', '"60"').replace('\t"40" ', "40").replace('"5,0"', "5.0")
+    tr = parse_trace(fixed)
+    rows = [row for row in csv.reader(fixed.splitlines()) if "".join(row)][1:]
+    assert tr.times_s == tuple(float(r[0]) for r in rows) and tr.rps == tuple(float(r[1]) for r in rows)
 
 
 def test_too_short_trace():
@@ -199,7 +218,7 @@ def test_cli_bad_csv_one_line_exit_2(tmp_path, capsys):
     bad.write_text("time_s,requests_per_s\n0,10\n15,abc\n")
     assert main(["simulate", str(bad), "--replica-rps", "10"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"gpuvalues: error: {bad}:3: requests_per_s: 'abc' is not a number [GV100]"]
+    assert err == [f"gpuvalues: error: {bad}:3:4: requests_per_s: 'abc' is not a number [GV100]"]
 
 
 def test_cli_plot_png(tmp_path, capsys):
