@@ -6,9 +6,12 @@ NV4 on PCIe (PIX/PHB/SYS by distance) -- the go-gpuallocator best-effort search,
 `gpuvalues.planners.topology.allocate_best_effort`. Each row: the CLI as a subprocess
 (interpreter start included) and the library call, median of --runs and the spread.
 
-The same three shapes at --gpus (default 32, then 1,024: issue 25's hostile size; there
-the exact search is skipped past 128 GPUs and the answer is greedy, with its stated upper
-bound; "exact" says which).
+The same shapes at --gpus (default 32, then 1,024: issue 25's hostile size; there the
+exact search is skipped past 128 GPUs and the answer is greedy, with its stated upper
+bound; "exact" says which), and a hostile NVLink graph whose maximal cliques are
+exponentially many: its "CLI" figure is the time to refuse it (exit 2, GV075) once the
+clique search passes MAX_CLIQUE_WORK steps. The CLI figure is the whole command: reading
+and parsing the matrix, cliques, islands, labels, the choice and the printed table.
 
     .venv/bin/python bench/bench_topo_best.py [--runs 5] [--best 4] [--gpus 32,1024]
 """
@@ -24,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchlib import timed  # noqa: E402
+from gpuvalues.errors import GpuValuesError  # noqa: E402
 from gpuvalues.planners.topology import parse_topo_matrix  # noqa: E402
 
 TARGET_S = 2.0
@@ -40,10 +44,13 @@ def matrix(n: int, cell) -> str:
 
 
 NODES = {
-    "NVSwitch, 32x NV18": lambda i, j: "NV18",
-    "4 islands of 8 (NV12 / SYS)": lambda i, j: "NV12" if i // 8 == j // 8 else "SYS",
+    "NVSwitch, all NV18": lambda i, j: "NV18",
+    "islands of 8 (NV12 / SYS)": lambda i, j: "NV12" if i // 8 == j // 8 else "SYS",
     "NV4 pairs on PCIe": lambda i, j: "NV4" if i // 2 == j // 2 else
     ("PIX" if i // 4 == j // 4 else "PHB" if i // 16 == j // 16 else "SYS"),
+    # every GPU NVLinked to all but its partner: 2^(n/2) maximal cliques, refused (GV075)
+    # once the clique search passes its bound: the worst case of the search's cost
+    "hostile: all but partners NV1": lambda i, j: "SYS" if i // 2 == j // 2 else "NV1",
 }
 
 
@@ -68,11 +75,17 @@ def main() -> int:
                 chosen, exact, bound = topo.best_gpu_choice(args.best)
                 score = sum(topo.pair_score(a, b) for i, a in enumerate(chosen) for b in chosen[i + 1:])
                 lib = timed(lambda: topo.best_gpu_set(args.best), args.runs)
+                if name.startswith("hostile"):
+                    try:
+                        topo.nvlink_cliques()
+                        chosen = ()
+                    except GpuValuesError as exc:
+                        chosen, exact = (exc.code,), False
                 codes = set()
                 cli = timed(lambda: codes.add(subprocess.run([gv, "topo", str(path), "--best", str(args.best)],
                                                              capture_output=True).returncode), args.runs)
                 worst = max(worst, cli[0])
-                cli_note = "" if codes == {0} else f" exit {sorted(codes)}"
+                cli_note = "" if codes == {0} else f" exit {', '.join(map(str, sorted(codes)))}"
                 print(f"| {size:,}: {name} | {','.join(map(str, chosen))} | {'yes' if exact else 'no'} | "
                       f"{score} ({bound}) | {lib[0] * 1000:,.0f} ms ({lib[1] * 1000:,.0f}) "
                       f"| {cli[0] * 1000:,.0f} ms ({cli[1] * 1000:,.0f}){cli_note} |")

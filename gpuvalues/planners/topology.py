@@ -75,11 +75,12 @@ _NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 
 
 # The most steps the NVLink clique search may take (one step: a GPU weighed as pivot or
-# branched on, or a clique looked at while picking islands). Real NVLink graphs are
-# unions of a few cliques and take about 10 steps per GPU (a 1,024-GPU NVSwitch node:
-# about 3,000); a graph built to have exponentially many maximal cliques (3^(n/3), Moon
-# and Moser) is refused past this bound instead of running for hours (GV075).
-MAX_CLIQUE_WORK = 1_000_000
+# branched on; picking islands from overlapping cliques counts each clique it looks at).
+# Real NVLink graphs are unions of a few cliques and take 2 to 5 steps per GPU (1,024
+# GPUs: 2,047 as one NVSwitch clique, 4,594 as islands of 8); a graph built to have
+# exponentially many maximal cliques (3^(n/3), Moon and Moser) is refused past this
+# bound instead of running for hours (GV075).
+MAX_CLIQUE_WORK = 200_000
 
 
 def _is_nvlink(cell: str) -> bool:
