@@ -257,7 +257,7 @@ def cmd_topo(args: argparse.Namespace) -> int:
     """`gpuvalues topo`: NVLink cliques, labels and the best GPU set from `nvidia-smi topo -m`."""
     from gpuvalues import yamlio
     from gpuvalues.io import present
-    from gpuvalues.planners import topology
+    from gpuvalues.planners.scheduling import topology
 
     topo = topology.parse_topo_matrix(yamlio.read_text(args.file), source=args.file)
     emit(args, topology.topology_report(topo, best=args.best, available=args.available, prefix=args.prefix,
@@ -318,7 +318,7 @@ def _inventory_options(p: argparse.ArgumentParser) -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     """`gpuvalues simulate`: replay a load trace through the capacity model and the HPA."""
     from gpuvalues.io import present, traces
-    from gpuvalues.planners import simulate
+    from gpuvalues.planners.autoscaling import simulate
 
     trace = traces.load_trace(args.trace)
     if args.scale_to_zero:

@@ -326,13 +326,13 @@ def drain_findings(fleet: Fleet, rendered_releases: list[tuple[Release, list[dic
 
 def fit_findings(fleet: Fleet, rendered_releases: list[tuple[Release, list[dict]]]
                  ) -> list[Finding]:
-    """Replay the scheduler's filters (gpuvalues.planners.fit) for the rendered releases
+    """Replay the scheduler's filters (gpuvalues.planners.scheduling.fit) for the rendered releases
     together on the fleet's nodes as the install makes them from bare nodes
     (`gpuvalues.fleet.producers.produced_nodes`: only the labels and resources some part of
     the install produces); a warning for each workload and scenario (minReplicas,
     maxReplicas) in which pods would stay Pending."""
     from gpuvalues.fleet.producers import produced_nodes
-    from gpuvalues.planners import fit
+    from gpuvalues.planners.scheduling import fit
 
     objects = [o for _, objs in rendered_releases for o in objs]
     report = fit.fit(objects, produced_nodes(fleet))
@@ -362,7 +362,7 @@ def fit_report(inventory, *, manifests: str | None = None, values: str | None = 
                progress: Progress = lambda _: None):
     """`gpuvalues fit`: a `fit.FitReport` for rendered manifests (a file, `-` for stdin) or
     a values file (rendered with helm first) on `inventory`."""
-    from gpuvalues.planners import fit
+    from gpuvalues.planners.scheduling import fit
     from gpuvalues.render import helm as rendering
 
     if bool(manifests) == bool(values):
@@ -397,7 +397,7 @@ def helm_manifests(values: Mapping, **helm_kwargs: Any) -> list[dict]:
 
 def fit_values(values: Mapping, inventory, **helm_kwargs: Any):
     """Render `values` with the chart through helm (`helm_manifests`), then `fit`."""
-    from gpuvalues.planners.fit import fit
+    from gpuvalues.planners.scheduling.fit import fit
 
     return fit(helm_manifests(values, **helm_kwargs), inventory)
 

@@ -233,8 +233,8 @@ def expected_nodes(fleet: Fleet):
     """An `Inventory` of the fleet's nodes as they will look once the node side is applied:
     the node groups' labels plus the labels and allocatable resources the device plugin and
     GFD derive from each group's config (`group_node`). CPU and memory are left out
-    (gpuvalues.planners.fit treats them as unlimited)."""
-    from gpuvalues.planners.inventory import GpuInfo, Inventory, Node
+    (gpuvalues.planners.scheduling.fit treats them as unlimited)."""
+    from gpuvalues.planners.scheduling.inventory import GpuInfo, Inventory, Node
 
     spec, layout = fleet.spec, fleet.layout
     nodes = []

@@ -17,7 +17,8 @@ from gpuvalues import catalog, yamlio
 from gpuvalues.catalog import GpuModel, MigProfile
 from gpuvalues.errors import CatalogError, GpuValuesError, PlanError, SpecError
 from gpuvalues.fleet.spec import NodePool, Spec, Workload
-from gpuvalues.planners import deviceplugin, mig
+from gpuvalues.planners import deviceplugin
+from gpuvalues.planners.mig import geometry as mig
 
 __all__ = ["Placement", "place", "candidates", "usable_gib", "spec_error"]
 

@@ -18,7 +18,8 @@ from gpuvalues.fleet import producers, sizing
 from gpuvalues.fleet.layout import DEFAULT_DEVICE_PLUGIN_CONFIG, Layout
 from gpuvalues.fleet.placement import Placement, spec_error
 from gpuvalues.fleet.spec import Spec
-from gpuvalues.planners import deviceplugin, topology
+from gpuvalues.planners import deviceplugin
+from gpuvalues.planners.scheduling import topology
 from gpuvalues.yamlio import format_path
 
 __all__ = ["Release", "platform_release", "workload_release", "split_image", "gpu_operator_release",

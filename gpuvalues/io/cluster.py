@@ -8,7 +8,7 @@ from typing import Iterable, Mapping
 
 from gpuvalues.errors import GpuValuesError, InventoryError, TransientError
 from gpuvalues.kube import node_name_problem
-from gpuvalues.planners.inventory import (API_VERSION, KIND, MAX_NODES, Inventory, Node, from_kubectl_json,
+from gpuvalues.planners.scheduling.inventory import (API_VERSION, KIND, MAX_NODES, Inventory, Node, from_kubectl_json,
                                           check_unique_names, node_from_kubectl_item, node_from_nvidia_smi,
                                           too_many_nodes)
 from gpuvalues.yamlio import format_path, parse_field, parse_yaml, position_in, read_input

@@ -37,11 +37,11 @@ from typing import Any, Mapping, Sequence
 from gpuvalues.catalog import get_gpu
 from gpuvalues.errors import CatalogError, GpuValuesError, PlanError
 from gpuvalues.kube import label_problem, node_name_problem
-from gpuvalues.planners import mig
+from gpuvalues.planners.mig import geometry as mig
 from gpuvalues.planners.deviceplugin import CONFIG_LABEL
-from gpuvalues.planners.inventory import KIND as INVENTORY_KIND, Inventory
-from gpuvalues.planners.migparted import MIG_CONFIG_LABEL, validate_mig_parted_config
-from gpuvalues.planners.replan import CurrentLayout, CurrentNode, replan
+from gpuvalues.planners.scheduling.inventory import KIND as INVENTORY_KIND, Inventory
+from gpuvalues.planners.mig.migparted import MIG_CONFIG_LABEL, validate_mig_parted_config
+from gpuvalues.planners.mig.replan import CurrentLayout, CurrentNode, replan
 from gpuvalues.yamlio import Loaded, format_path, load_yaml, parse_field
 
 
@@ -238,7 +238,7 @@ def replanned(spec_path: str | Path, current_path: str | Path, *, gpu_slack: int
     nodes as they are) with the nodes whole-GPU and tensor-parallel replicas leave; listed
     nodes of those replicas and of pools without MIG are left alone, said in the notes."""
     from gpuvalues.pipeline import fleet_of
-    from gpuvalues.planners import milp
+    from gpuvalues.planners.mig.milp import model as milp
 
     fleet = fleet_of(spec_path)
     plan = fleet.layout.plan
@@ -262,7 +262,7 @@ def _mig_pools(fleet) -> tuple[list, dict[str, int]]:
     and per pool the GPUs whole-GPU and tensor-parallel replicas hold (those the fleet's MIG
     solve did not get)."""
     from gpuvalues.catalog import get_gpu as gpu_of
-    from gpuvalues.planners import milp
+    from gpuvalues.planners.mig.milp import model as milp
 
     # the MIG solve's pools of one spec pool: the pool itself, or parts of it named "<pool>.<part>"
     planned: dict[str, int] = {}

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from gpuvalues.catalog import get_gpu
 from gpuvalues.io import output
-from gpuvalues.planners import mig
-from gpuvalues.planners.mig import Layout
-from gpuvalues.planners.topology import DEFAULT_TOPOLOGY_KEY
+from gpuvalues.planners.mig import geometry as mig
+from gpuvalues.planners.mig.geometry import Layout
+from gpuvalues.planners.scheduling.topology import DEFAULT_TOPOLOGY_KEY
 
 if TYPE_CHECKING:
-    from gpuvalues.planners.milp import Plan
+    from gpuvalues.planners.mig.milp.model import Plan
     from gpuvalues.fleet import Fleet
 
 _SVG_COLORS = {1: "#9ecae1", 2: "#a1d99b", 3: "#fdd0a2", 4: "#fdae6b", 7: "#bcbddc"}

@@ -300,7 +300,7 @@ def replan_changes(data: Any, *, source: str | None = None, text: str = "",
     from gpuvalues.catalog import parse_profile_name
     from gpuvalues.errors import CatalogError, MigPartedConfigError
     from gpuvalues.kube import is_dns_subdomain, is_label_key, is_label_value
-    from gpuvalues.planners.migparted import validate_mig_parted_config
+    from gpuvalues.planners.mig.migparted import validate_mig_parted_config
 
     def fail(path: tuple, message: str, code: str = "GV046"):
         raise _placed(source, text, path, message, code)

@@ -14,7 +14,9 @@ from gpuvalues.checks.rules import check_values
 from gpuvalues.checks.spec import load_spec, spec_from_text
 from gpuvalues.errors import ValidationFailed, errors_only
 from gpuvalues.fleet import build_fleet, expected_nodes
-from gpuvalues.planners import deviceplugin, mig, migparted
+from gpuvalues.planners import deviceplugin
+from gpuvalues.planners.mig import geometry as mig
+from gpuvalues.planners.mig import migparted
 from tests.conftest import ROOT
 from tests.unit.oracles import replicas_oracle
 

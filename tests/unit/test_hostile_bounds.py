@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from gpuvalues import yamlio
 from gpuvalues.bundle import SCHEMAS
 from gpuvalues.errors import CapacityError
-from gpuvalues.planners import autoscaling, simulate
-from gpuvalues.planners.topology import MAX_SEARCH_STATES, allocate_best_effort
+from gpuvalues.planners.autoscaling import capacity as autoscaling
+from gpuvalues.planners.autoscaling import simulate
+from gpuvalues.planners.scheduling.topology import MAX_SEARCH_STATES, allocate_best_effort
 from tests.unit.cost import lines_run
 from tests.unit.test_topology import _go_brute_force
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from gpuvalues import kube, yamlio
 from gpuvalues.errors import GpuValuesError, InventoryError
 from gpuvalues.io import cluster
-from gpuvalues.planners import topology
+from gpuvalues.planners.scheduling import topology
 
 _JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
                      lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
@@ -88,7 +88,7 @@ def test_labels_as_the_api_server_validates_them(prefix, name, value):
 
 
 def test_quantities_and_counts_are_bounded():
-    from gpuvalues.planners.inventory import resource_amount, gpu_info_from_labels
+    from gpuvalues.planners.scheduling.inventory import resource_amount, gpu_info_from_labels
 
     with pytest.raises(InventoryError, match="out of range"):
         resource_amount("cpu", "1e400")

@@ -13,7 +13,8 @@ import pytest
 from gpuvalues import kube, yamlio
 from gpuvalues.errors import CapacityError, GpuValuesError, InventoryError
 from gpuvalues.io import files
-from gpuvalues.planners import hpa, inventory
+from gpuvalues.planners.autoscaling import hpa
+from gpuvalues.planners.scheduling import inventory
 
 
 @pytest.mark.parametrize("text, value", [

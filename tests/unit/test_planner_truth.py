@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 
 from gpuvalues.catalog import get_gpu
 from gpuvalues.errors import PlanError
-from gpuvalues.planners import milp
-from gpuvalues.planners.milp import ModelDemand, NodePool, plan
-from gpuvalues.planners.replan import replan
-from gpuvalues.planners.replan import CurrentLayout, CurrentNode
+from gpuvalues.planners.mig.milp import model as milp
+from gpuvalues.planners.mig.milp.model import ModelDemand, NodePool, plan
+from gpuvalues.planners.mig.replan import replan
+from gpuvalues.planners.mig.replan import CurrentLayout, CurrentNode
 from tests.unit import reference as R
 
 CASES = yaml.safe_load((Path(__file__).parent / "data" / "planner_claims.yaml").read_text())

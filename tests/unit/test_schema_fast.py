@@ -155,7 +155,7 @@ def _values():
 
 
 def _inventories():
-    from gpuvalues.planners.inventory import from_nvidia_smi
+    from gpuvalues.planners.scheduling.inventory import from_nvidia_smi
 
     csv = "index, name, memory.total [MiB], mig.mode.current\n" + "".join(
         f"{i}, NVIDIA H100 80GB HBM3, 81559 MiB, Disabled\n"

@@ -38,7 +38,7 @@ Public API (frozen dataclasses; all pure):
   Identical GPUs are counts throughout: one `mig.place` per layout, not per GPU.
 - `replan(demands, pools, current, *, gpu_slack=0, max_node_changes=None,
   max_unavailable_per_pool=None, time_limit=30.0)` -> `replan.Replan`: fewest GPUs, then
-  fewest node reconfigurations against the current layout (`gpuvalues.planners.replan`).
+  fewest node reconfigurations against the current layout (`gpuvalues.planners.mig.replan`).
   `prices` maps a GPU model (any alias) to a price per GPU; `NodePool.price_per_gpu` wins.
 - `certify(lp, solution, claimed=, dual_bound=, lp_bound=)` -> `Certificate` (objective, bound,
   optimal, gap) or None; `run_highs` applies it to every MIP, the plan's and the re-plan's.
@@ -66,7 +66,9 @@ import numpy as np
 
 from gpuvalues.catalog import GIB_PER_GB, GpuModel, get_gpu
 from gpuvalues.errors import CatalogError, PlanError
-from gpuvalues.planners import deviceplugin, mig, migparted
+from gpuvalues.planners import deviceplugin
+from gpuvalues.planners.mig import geometry as mig
+from gpuvalues.planners.mig import migparted
 
 WHOLE = "gpu"
 SHARED = "shared"

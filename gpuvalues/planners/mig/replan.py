@@ -1,7 +1,7 @@
 """Re-plan a running fleet with the fewest changes (issue 17), over the planner's public model API.
 
 Changing a node's MIG layout means draining it, so a re-plan should keep as many nodes as it
-can. The model is the planner's configuration ILP (`gpuvalues.planners.milp`) with the fleet's
+can. The model is the planner's configuration ILP (`gpuvalues.planners.mig.milp.model`) with the fleet's
 current layout added, node by node:
 
     keep[k,c]  integer in [0, N(k,c)]   nodes of pool k with current config c left untouched
@@ -45,8 +45,10 @@ import numpy as np
 
 from gpuvalues.catalog import get_gpu
 from gpuvalues.errors import PlanError
-from gpuvalues.planners import deviceplugin, mig, migparted
-from gpuvalues.planners import milp
+from gpuvalues.planners import deviceplugin
+from gpuvalues.planners.mig import geometry as mig
+from gpuvalues.planners.mig import migparted
+from gpuvalues.planners.mig.milp import model as milp
 
 
 # the budgets in the CLI's words (errors name what the user typed, not the parameter)
