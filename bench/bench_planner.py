@@ -29,7 +29,8 @@ import yaml
 
 from benchlib import readme_section
 from gpuvalues.planners.mig import geometry as mig
-from gpuvalues.planners.mig.milp.model import ModelDemand, NodePool, plan
+from gpuvalues.planners.mig.milp.model import ModelDemand, NodePool
+from gpuvalues.planners.mig.milp.plan import plan
 
 MIX100 = Path(__file__).with_name("mix100.yaml")
 

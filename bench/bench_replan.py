@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from bench_planner import fleet, mix
 from benchlib import readme_section
-from gpuvalues.planners.mig.milp.model import plan
+from gpuvalues.planners.mig.milp.plan import plan
 from gpuvalues.planners.mig.replan import replan
 from gpuvalues.planners.mig.replan import CurrentLayout, CurrentNode
 

@@ -35,7 +35,7 @@ _EXPORTS = {
     "render_values": "gpuvalues.render.helm",
     # the planners' entry points
     "get_gpu": "gpuvalues.catalog", "place": "gpuvalues.planners.mig.geometry",
-    "plan": "gpuvalues.planners.mig.milp.model", "ModelDemand": "gpuvalues.planners.mig.milp.model",
+    "plan": "gpuvalues.planners.mig.milp.plan", "ModelDemand": "gpuvalues.planners.mig.milp.model",
     "parse_topo_matrix": "gpuvalues.planners.scheduling.topology", "HPA": "gpuvalues.planners.autoscaling.hpa",
     "plan_capacity": "gpuvalues.planners.autoscaling.capacity", "simulate": "gpuvalues.planners.autoscaling.simulate",
     "fit": "gpuvalues.planners.scheduling.fit", "Inventory": "gpuvalues.planners.scheduling.inventory",
@@ -55,7 +55,8 @@ if TYPE_CHECKING:       # for type checkers and IDEs; at run time names load laz
     from gpuvalues.planners.autoscaling.hpa import HPA
     from gpuvalues.planners.scheduling.inventory import Inventory
     from gpuvalues.planners.mig.geometry import place
-    from gpuvalues.planners.mig.milp.model import ModelDemand, plan
+    from gpuvalues.planners.mig.milp.model import ModelDemand
+    from gpuvalues.planners.mig.milp.plan import plan
     from gpuvalues.planners.autoscaling.simulate import simulate
     from gpuvalues.planners.scheduling.topology import parse_topo_matrix
     from gpuvalues.render.helm import render_values

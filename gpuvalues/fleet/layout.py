@@ -389,6 +389,7 @@ def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_conf
     replicas use partly are planner pools of their own (`<pool>.<k>gpu`, one per set of
     free GPU indices), so MIG fills them and mig-parted leaves MIG off on the rest."""
     from gpuvalues.planners.mig.milp import model as milp   # HiGHS + numpy: imported only when MIG is planned
+    from gpuvalues.planners.mig.milp.plan import plan
 
     # parts (filled here): planner pool -> (pool, GPU indices or None for all, nodes)
     for pool, free, _, partial, _, _ in mig_pools:
@@ -423,7 +424,7 @@ def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_conf
         raise PlanError("--objective cost needs pricePerGpuHour on every MIG node pool")
     if demands and inputs:
         try:
-            result = milp.plan(demands, inputs, **solve)
+            result = plan(demands, inputs, **solve)
         except PlanError as exc:
             notes.append(f"the optimal MIG planner could not fit the peak ({exc.message}); "
                          "split each pool's free GPUs in proportion to demand instead")
