@@ -186,12 +186,13 @@ def cmd_replan(args: argparse.Namespace) -> int:
     """`gpuvalues replan SPEC --current FILE`: re-plan with the fewest GPUs, then the fewest node
     reconfigurations, under a drain budget (to fold into `plan --current`)."""
     from gpuvalues import yamlio
+    from gpuvalues import pipeline
     from gpuvalues.io import current, files
 
-    result, notes = current.replanned(args.spec, args.current, gpu_slack=args.gpu_slack,
-                                      max_node_changes=args.max_node_changes,
-                                      max_unavailable_per_pool=args.max_unavailable_per_pool,
-                                      time_limit=args.time_limit)
+    result, notes = pipeline.replanned(args.spec, args.current, gpu_slack=args.gpu_slack,
+                                       max_node_changes=args.max_node_changes,
+                                       max_unavailable_per_pool=args.max_unavailable_per_pool,
+                                       time_limit=args.time_limit)
     for n in notes:
         say(args, f"gpuvalues: note: {n}")
     if args.mig_parted_out and result.plan.mig_parted_config:
@@ -260,8 +261,8 @@ def cmd_topo(args: argparse.Namespace) -> int:
     from gpuvalues.planners.scheduling import topology
 
     topo = topology.parse_topo_matrix(yamlio.read_text(args.file), source=args.file)
-    emit(args, topology.topology_report(topo, best=args.best, available=args.available, prefix=args.prefix,
-                                        key=args.key, count_nvswitch_links=args.count_nvswitch_links),
+    emit(args, present.topology_report(topo, best=args.best, available=args.available, prefix=args.prefix,
+                                       key=args.key, count_nvswitch_links=args.count_nvswitch_links),
          present.topology_table)
     return 0
 

@@ -521,7 +521,7 @@ def test_numa_range_past_any_machine_is_a_parse_error():
 
 def test_topo_report_names_the_gpus_without_nvlink():
     from gpuvalues.io.present import topology_table
-    from gpuvalues.planners.scheduling.topology import topology_report
+    from gpuvalues.io.present import topology_report
     data = topology_report(load("hgx-h100-degraded-gpu7.txt"))
     assert data["nvlinkIslands"] == [[0, 1, 2, 3, 4, 5, 6]]
     assert "GPUs without NVLink: GPU7" in topology_table(data)
