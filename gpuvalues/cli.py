@@ -185,7 +185,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_replan(args: argparse.Namespace) -> int:
     """`gpuvalues replan SPEC --current FILE`: re-plan with the fewest GPUs, then the fewest node
     reconfigurations, under a drain budget (to fold into `plan --current`)."""
-    from gpuvalues import yamlio
+    from gpuvalues.yamlio.writer import dump
     from gpuvalues import pipeline
     from gpuvalues.io import current, files
 
@@ -196,7 +196,7 @@ def cmd_replan(args: argparse.Namespace) -> int:
     for n in notes:
         say(args, f"gpuvalues: note: {n}")
     if args.mig_parted_out and result.plan.mig_parted_config:
-        files.write_atomic(args.mig_parted_out, yamlio.dump(result.plan.mig_parted_config))
+        files.write_atomic(args.mig_parted_out, dump(result.plan.mig_parted_config))
     emit(args, result.to_dict(), current.replan_table)
     return 0
 
@@ -256,11 +256,11 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
 def cmd_topo(args: argparse.Namespace) -> int:
     """`gpuvalues topo`: NVLink cliques, labels and the best GPU set from `nvidia-smi topo -m`."""
-    from gpuvalues import yamlio
+    from gpuvalues.yamlio.inputs import read_text
     from gpuvalues.io import present
     from gpuvalues.planners.scheduling import topology
 
-    topo = topology.parse_topo_matrix(yamlio.read_text(args.file), source=args.file)
+    topo = topology.parse_topo_matrix(read_text(args.file), source=args.file)
     emit(args, present.topology_report(topo, best=args.best, available=args.available, prefix=args.prefix,
                                        key=args.key, count_nvswitch_links=args.count_nvswitch_links),
          present.topology_table)

@@ -14,7 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from gpuvalues import yamlio
+from gpuvalues.yamlio.inputs import read_text
+from gpuvalues.yamlio.loader import expect_mapping, format_path, load_mapping, load_yaml
+from gpuvalues.yamlio.writer import dump
 from gpuvalues.bundle import EXAMPLE_SPEC
 from gpuvalues.checks.fleet import build_checked, check_fleet
 from gpuvalues.checks.rules import Context, values_findings, warnings_or_raise
@@ -84,7 +86,7 @@ def release_values_text(release: Release) -> str:
     lines += [f"#   {d}" for d in release.decisions]
     # the gpu-operator chart takes its ConfigMaps' files as strings: written as blocks
     dumper = _block_strings_dumper() if release.facts.get("chart") else None
-    return "\n".join(lines) + "\n" + yamlio.dump(dict(release.values), dumper=dumper)
+    return "\n".join(lines) + "\n" + dump(dict(release.values), dumper=dumper)
 
 
 def _block_strings_dumper() -> type:
@@ -120,7 +122,7 @@ def _operator(fleet: Fleet) -> tuple[Release, ...]:
 
 
 def _node_side_files(fleet: Fleet, directory: str | Path) -> list[tuple[Path, str]]:
-    return [(Path(directory) / name, yamlio.dump(data)) for name, data in fleet.node_side().items()]
+    return [(Path(directory) / name, dump(data)) for name, data in fleet.node_side().items()]
 
 
 def _write_outputs(outputs: list[tuple[Path, str]], folders: list[Path]) -> list[Path]:
@@ -356,7 +358,7 @@ def fit_findings(fleet: Fleet, rendered_releases: list[tuple[Release, list[dict]
             source, line, col = spec.position(*at)
             out.append(Finding("GV005", f"fit ({scenario.name} replicas): {w.pending} of "
                                f"{w.replicas} pods of {w.workload} would stay Pending: "
-                               f"{w.reason}", yamlio.format_path(at), source, line, col,
+                               f"{w.reason}", format_path(at), source, line, col,
                                "warning", "add nodes or lower maxReplicas"))
     return out
 
@@ -372,11 +374,11 @@ def fit_report(inventory, *, manifests: str | None = None, values: str | None = 
     if bool(manifests) == bool(values):
         raise GpuValuesError("give rendered manifests (--manifests FILE) or a values file (--values FILE)")
     if manifests:
-        objects = fit.load_manifests(yamlio.read_text(manifests), manifests)
+        objects = fit.load_manifests(read_text(manifests), manifests)
         source = "<stdin>" if manifests == "-" else manifests
     else:
         progress(f"rendering {values} with helm")
-        data = yamlio.load_mapping(values, allow_empty=True, what="values file").data
+        data = load_mapping(values, allow_empty=True, what="values file").data
         objects = helm_manifests(data, helm=helm, kube_version=kube_version or rendering.DEFAULT_KUBE_VERSION)
         source = values
     try:
@@ -409,7 +411,7 @@ def fit_values(values: Mapping, inventory, **helm_kwargs: Any):
 def checked_values_file(path: str | Path, kube_version: str,
                         spec: str | Path | None = None) -> tuple[dict, list[Finding]]:
     """A values file that passes every check: (values, warnings), else ValidationFailed."""
-    loaded = yamlio.expect_mapping(yamlio.load_yaml(path, allow_empty=True), "values file")
+    loaded = expect_mapping(load_yaml(path, allow_empty=True), "values file")
     return loaded.data, warnings_or_raise(values_findings(loaded, ctx=_context(spec, kube_version)))
 
 
@@ -431,10 +433,10 @@ def check(*, spec: str | Path | None = None, values: str | Path | None = None,
     if kube_version:
         supported_kube_minor(kube_version)    # a mistyped or unsupported version is bad input
     if values:
-        loaded = yamlio.expect_mapping(yamlio.load_yaml(values, allow_empty=True),
+        loaded = expect_mapping(load_yaml(values, allow_empty=True),
                                        "values file")
         return sorted(values_findings(loaded, ctx=_context(spec, kube_version)), key=Finding.sort_key)
-    loaded = yamlio.load_yaml(spec)
+    loaded = load_yaml(spec)
     found = check_spec(loaded)
     if errors_only(found):
         return found

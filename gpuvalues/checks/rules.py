@@ -25,7 +25,7 @@ from gpuvalues.errors import CODES, Finding, ValidationFailed, errors_only
 from gpuvalues.kube import kube_minor, unsupported_kube_version
 from gpuvalues.planners.scheduling.topology import nvlink_size
 from gpuvalues.schemas import SCHEMAS, SPEC_SCHEMA, VALUES_SCHEMA, is_valid, load_schema, validator_for  # noqa: F401 (re-exported)
-from gpuvalues.yamlio import Loaded, format_path
+from gpuvalues.yamlio.loader import Loaded, format_path
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
@@ -224,8 +224,8 @@ def coalesce(defaults: Any, overrides: Any) -> Any:
 
 @functools.lru_cache(maxsize=4)
 def _chart_defaults_cached(path: str, mtime: float) -> Any:
-    from gpuvalues import yamlio
-    return yamlio.helm_data(Path(path).read_text(), str(path)) or {}
+    from gpuvalues.yamlio.loader import helm_data
+    return helm_data(Path(path).read_text(), str(path)) or {}
 
 
 def chart_defaults(path: str | Path | None = None) -> dict:

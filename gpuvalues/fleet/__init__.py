@@ -25,7 +25,7 @@ from gpuvalues.fleet.releases import (Release, gpu_operator_release, platform_re
                                       workload_release)
 from gpuvalues.fleet.spec import Spec
 from gpuvalues.planners import deviceplugin
-from gpuvalues.yamlio import format_path
+from gpuvalues.yamlio.loader import format_path
 
 __all__ = ["Fleet", "Release", "NodeGroup", "Placement", "build_fleet", "expected_nodes"]
 

@@ -30,7 +30,7 @@ from gpuvalues.fleet.spec import NodePool, Spec
 from gpuvalues.planners import deviceplugin
 from gpuvalues.planners.mig import migparted
 from gpuvalues.planners.scheduling import topology
-from gpuvalues.yamlio import read_text
+from gpuvalues.yamlio.inputs import read_text
 
 __all__ = ["NodeGroup", "Shortage", "Layout", "lay_out", "choose_pools", "DEFAULT_DEVICE_PLUGIN_CONFIG"]
 

@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from gpuvalues import catalog, yamlio
+from gpuvalues import catalog
+from gpuvalues.yamlio.loader import format_path
 from gpuvalues.catalog import GpuModel, MigProfile
 from gpuvalues.errors import CatalogError, GpuValuesError, PlanError, SpecError
 from gpuvalues.fleet.spec import NodePool, Spec, Workload
@@ -72,7 +73,7 @@ def spec_error(exc_type, message: str, spec: Spec, *path: Any, code: str | None 
     """An error of `exc_type` placed at `path` in the spec."""
     source, line, col = spec.position(*path)
     return exc_type(message, source=source, line=line, column=col,
-                    field=yamlio.format_path(path), code=code)
+                    field=format_path(path), code=code)
 
 
 def usable_gib(item: MigProfile | GpuModel) -> float:

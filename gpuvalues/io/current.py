@@ -41,7 +41,7 @@ from gpuvalues.planners.deviceplugin import CONFIG_LABEL
 from gpuvalues.planners.scheduling.inventory import KIND as INVENTORY_KIND, Inventory
 from gpuvalues.planners.mig.migparted import MIG_CONFIG_LABEL, validate_mig_parted_config
 from gpuvalues.planners.mig.replan import CurrentLayout, CurrentNode
-from gpuvalues.yamlio import Loaded, format_path, load_yaml, parse_field
+from gpuvalues.yamlio.loader import Loaded, format_path, load_yaml, parse_field
 
 
 # A node runs at most a few hundred pods (the kubelet's default max-pods is 110) and a GPU

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuvalues import kube, yamlio
+from gpuvalues import kube
+from gpuvalues.yamlio.loader import parse_yaml
 from gpuvalues.errors import GpuValuesError, InventoryError
 from gpuvalues.io import cluster, present
 from gpuvalues.planners.scheduling import topology
@@ -55,10 +56,10 @@ def test_json_duplicates_are_placed():
 
 def test_yaml_duplicate_keys_refused_in_data_files():
     with pytest.raises(GpuValuesError) as exc:
-        yamlio.parse_yaml("a: 1\nb:\n  c: 1\n  c: 2\n", source="f", unique_keys=True)
+        parse_yaml("a: 1\nb:\n  c: 1\n  c: 2\n", source="f", unique_keys=True)
     assert exc.value.code == "GV039" and (exc.value.line, exc.value.column) == (4, 3)
-    assert yamlio.parse_yaml("a: 1\nb:\n  c: 1\n  c: 2\n") == {"a": 1, "b": {"c": 2}}       # the old reading
-    assert yamlio.parse_yaml("x: &m {k: 1}\ny: {<<: *m, k: 2}\n", unique_keys=True)["y"] == {"k": 2}
+    assert parse_yaml("a: 1\nb:\n  c: 1\n  c: 2\n") == {"a": 1, "b": {"c": 2}}       # the old reading
+    assert parse_yaml("x: &m {k: 1}\ny: {<<: *m, k: 2}\n", unique_keys=True)["y"] == {"k": 2}
 
 
 # apimachinery/pkg/util/validation/validation.go, as written there

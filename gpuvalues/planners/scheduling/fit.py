@@ -756,7 +756,7 @@ def fit(manifests: Sequence[Mapping], inventory: Inventory) -> FitReport:
 
 def load_manifests(text: str, source: str) -> list[dict]:
     """Objects from a rendered YAML (or JSON) stream; `List` objects are flattened."""
-    from gpuvalues.yamlio import parse_yaml
+    from gpuvalues.yamlio.loader import parse_yaml
 
     docs = parse_yaml(text, source=source, error=CapacityError, all_documents=True, unique_keys=True)
     out = []
@@ -776,7 +776,7 @@ def _document_position(text: str, index: int) -> tuple[int | None, int | None]:
     """Where the `index`-th non-empty document of `text` starts (1-based; error path only)."""
     import yaml
 
-    from gpuvalues.yamlio import SAFE_LOADER
+    from gpuvalues.yamlio.loader import SAFE_LOADER
 
     try:
         nodes = [n for n in yaml.compose_all(text, Loader=SAFE_LOADER) if n is not None]

@@ -36,7 +36,7 @@ from gpuvalues.errors import GpuValuesError, InventoryError
 from gpuvalues.kube import label_problem, node_name_problem, parse_quantity
 from gpuvalues.planners.scheduling.topology import DEFAULT_TOPOLOGY_KEY, Topology, nvlink_size, parse_topo_matrix
 from gpuvalues.schemas import INVENTORY_SCHEMA, is_valid, load_schema, validator_for
-from gpuvalues.yamlio import format_path
+from gpuvalues.yamlio.loader import format_path
 
 API_VERSION = "gpuvalues/v1"
 KIND = "Inventory"
