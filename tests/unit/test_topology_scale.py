@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from gpuvalues import cli
 from gpuvalues.errors import GpuValuesError
-from gpuvalues.planners import topology
-from gpuvalues.planners.topology import Topology, parse_topo_matrix
+from gpuvalues.io import present
+from gpuvalues.planners.scheduling import topology
+from gpuvalues.planners.scheduling.topology import Topology, parse_topo_matrix
 from tests.unit.cost import lines_run
 
 
@@ -91,7 +92,7 @@ def test_a_1024_gpu_nvswitch_node_is_one_clique_without_recursion(tmp_path, caps
 ])
 def test_1024_gpu_islands_and_pairs_are_bounded(name, cell):
     t = parse_topo_matrix(_matrix(1024, cell))
-    report, work = lines_run(topology.topology_report, t, best=4)
+    report, work = lines_run(present.topology_report, t, best=4)
     size = 8 if name == "islands of 8" else 2
     assert report["nvlinkIslands"] == [list(range(k, k + size)) for k in range(0, 1024, size)]
     assert report["labels"]["nvidia.com/gpu.topology"] == f"NV{size}"
