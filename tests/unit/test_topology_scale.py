@@ -126,3 +126,24 @@ def test_the_stated_bound_is_the_one_the_readme_states():
     from tests.conftest import ROOT
     readme = (ROOT / "README.md").read_text()
     assert f"{topology.MAX_CLIQUE_WORK:,} steps" in readme
+
+
+def test_an_inventory_topology_past_the_bound_is_refused_with_its_place(tmp_path, monkeypatch):
+    """The same refusal from the inventory readers names the file and the node's field,
+    not just the matrix (a node's topology is read before any planner asks for cliques)."""
+    from gpuvalues.errors import InventoryError
+    from gpuvalues.planners.scheduling.inventory import Inventory, node_from_nvidia_smi
+
+    monkeypatch.setattr(topology, "MAX_CLIQUE_WORK", 2_000)
+    n = 24
+    text = _matrix(n, lambda i, j: "SYS" if i // 2 == j // 2 else "NV1")
+    csv_text = "index, name, memory.total [MiB]\n" + "".join(f"{i}, Tesla V100, 16384 MiB\n" for i in range(n))
+    with pytest.raises(InventoryError) as exc:
+        node_from_nvidia_smi("n1", csv_text, text, source="q.csv", topo_source="t.txt")
+    assert (exc.value.code, exc.value.source, exc.value.field) == ("GV075", "t.txt", "topology")
+    t = parse_topo_matrix(text)
+    node = {"name": "n1", "labels": {"nvidia.com/gpu.product": "Tesla-V100-SXM2-16GB", "nvidia.com/gpu.count": str(n)},
+            "capacity": {"nvidia.com/gpu": n}, "allocatable": {"nvidia.com/gpu": n}, "topology": t.to_dict()}
+    with pytest.raises(InventoryError) as exc:
+        Inventory.from_dict({"apiVersion": "gpuvalues/v1", "kind": "Inventory", "nodes": [node]}, source="inv.yaml")
+    assert (exc.value.code, exc.value.source) == ("GV075", "inv.yaml") and exc.value.field.endswith(".topology")

@@ -298,8 +298,10 @@ class Inventory:
             if "topology" in nd:
                 try:
                     topology = Topology.from_dict(nd["topology"])
+                    topology.nvlink_cliques()     # here, so a graph past the search bound is placed (GV075)
                 except GpuValuesError as exc:
-                    raise InventoryError(exc.message, source=source, field=f"{where}.topology") from None
+                    raise InventoryError(exc.message, source=source, field=f"{where}.topology",
+                                         code=exc.code) from None
             taints = tuple(Taint(t["key"], t["effect"], t.get("value", "")) for t in nd.get("taints") or ())
             nodes.append(Node(name=nd["name"], labels=labels, taints=taints, capacity=capacity,
                               allocatable=allocatable, gpu=gpu, topology=topology,
@@ -600,7 +602,10 @@ def node_from_nvidia_smi(name: str, query_csv: str, topo_text: str | None = None
         if len(topology.gpus) != count:
             raise fail(f"topo -m shows {len(topology.gpus)} GPUs but the CSV lists {count}",
                        gpus[-1][3], 1, "topology")
-        node_labels.update(topology.labels(key=topology_key))
+        try:
+            node_labels.update(topology.labels(key=topology_key))
+        except GpuValuesError as exc:     # the NVLink graph past the clique search's bound (GV075)
+            raise InventoryError(exc.message, source=topo_source or source, field="topology", code=exc.code) from None
     node_labels.update(labels or {})
     resources = {GPU: count}
     return Node(name=name, labels=node_labels, taints=tuple(taints), capacity=resources, allocatable=resources,
