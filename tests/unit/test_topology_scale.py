@@ -147,3 +147,15 @@ def test_an_inventory_topology_past_the_bound_is_refused_with_its_place(tmp_path
     with pytest.raises(InventoryError) as exc:
         Inventory.from_dict({"apiVersion": "gpuvalues/v1", "kind": "Inventory", "nodes": [node]}, source="inv.yaml")
     assert (exc.value.code, exc.value.source) == ("GV075", "inv.yaml") and exc.value.field.endswith(".topology")
+
+
+def test_a_matrix_past_1024_gpus_is_refused_at_its_header():
+    from gpuvalues.errors import TopologyParseError
+
+    text = _matrix(1025, lambda i, j: "SYS")
+    with pytest.raises(TopologyParseError) as exc:
+        parse_topo_matrix(text, source="t.txt")
+    head = text.splitlines()[0]
+    assert (exc.value.code, exc.value.line, exc.value.field) == ("GV038", 1, "header")
+    assert head[exc.value.column - 1:].startswith("GPU1024\t")
+    assert len(parse_topo_matrix(_matrix(1024, lambda i, j: "SYS")).gpus) == 1024      # control: at the limit

@@ -60,6 +60,9 @@ PCIE_SCORE = {"SAME_BOARD": 60, "PIX": 50, "PXB": 40, "PHB": 30, "NODE": 20, "SY
 NVLINK_SCORE = 100  # per NVLink, 1..18 links
 MAX_NVLINKS_PER_GPU = 18  # Hopper/Blackwell have 18 NVLink ports, A100 12, V100 6
 MAX_NUMA_NODES = 1024     # Linux's MAX_NUMNODES is at most 1024 (CONFIG_NODES_SHIFT 10)
+# The most GPUs one matrix may name: far past any node (16 GPUs) or NVLink domain (72), and
+# where the whole `topo` command stays under a second of CPU (bench/bench_topo_best.py).
+MAX_TOPOLOGY_GPUS = 1024
 
 _T = TypeVar("_T")
 DEFAULT_TOPOLOGY_KEY = "nvidia.com/gpu.topology"
@@ -847,6 +850,12 @@ def parse_topo_matrix(text: str, source: str | None = None) -> Topology:
         dup = next(k for k, c in enumerate(columns) if c in seen or seen.add(c))  # type: ignore[func-returns-value]
         raise fail(hline, f"duplicate column name {columns[dup]} in header", tokens[dup][1] + 1, "header")
     gpu_cols = [c for c in columns if _GPU_COL.match(c)]
+    if len(gpu_cols) > MAX_TOPOLOGY_GPUS:
+        k = [j for j, c in enumerate(columns) if _GPU_COL.match(c)][MAX_TOPOLOGY_GPUS]
+        raise TopologyParseError(f"{len(gpu_cols):,} GPU columns; gpuvalues reads matrices of up to "
+                                 f"{MAX_TOPOLOGY_GPUS:,} GPUs (a node has at most 16; NVLink domains of 72)",
+                                 source=source or "<topo>", line=hline, column=tokens[k][1] + 1, field="header",
+                                 code="GV038")
     ncols = len(columns)
 
     rows: dict[str, tuple[list[str], dict[str, str | None], int]] = {}
