@@ -22,7 +22,7 @@ from gpuvalues import cli
 from gpuvalues.errors import CODES
 from tests.conftest import ROOT
 
-SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=100, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 TOPO = (ROOT / "examples" / "topology" / "hgx-h100-nv18.txt").read_text()

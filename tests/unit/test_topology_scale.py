@@ -55,7 +55,7 @@ _graphs = st.integers(2, 9).flatmap(lambda n: st.tuples(
     st.just(n), st.sets(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)).filter(lambda e: e[0] < e[1]))))
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
+@settings(max_examples=150, deadline=None, derandomize=True)
 @given(_graphs)
 def test_cliques_and_islands_equal_brute_force(graph):
     n, edges = graph
