@@ -98,14 +98,15 @@ def _fast_dump(data: Any) -> str:
     return "".join(out)
 
 
-def dump(data: Any, *, dumper: type | None = None) -> str:
+def dump(data: Any, *, dumper: type | None = None, allow_unicode: bool = True) -> str:
     """YAML text for plain data, keys in insertion order (what `values` writes). Simple
     data is written by `_fast_dump` (the same text, about 10x faster); `dumper` forces a
-    PyYAML dumper class."""
+    PyYAML dumper class; `allow_unicode=False` escapes non-ASCII text as
+    `yaml.safe_dump` does by default (simple data is ASCII: the same either way)."""
     if dumper is None:
         try:
             return _fast_dump(data)
         except (_NotSimple, RecursionError, TypeError):   # TypeError: unhashable values
             pass
     return yaml.dump(data, Dumper=dumper or yaml.SafeDumper, sort_keys=False,
-                     allow_unicode=True, default_flow_style=False)
+                     allow_unicode=allow_unicode, default_flow_style=False)
