@@ -419,6 +419,26 @@ def test_servicemonitor_and_rule_only_with_the_crds_or_forced(helm4):
     assert {"ServiceMonitor", "PrometheusRule"} <= kinds(render(helm4, values=forced))
 
 
+def test_platform_and_workload_alerts_are_separate_rule_objects(helm4):
+    """One PrometheusRule per concern (issue 28): the platform's GPU health and component
+    groups in one, the inference workload's in another, each rendered only when its side
+    is; both carry platform.alerts.labels (what a Prometheus ruleSelector matches)."""
+    def rules(**over) -> dict[str, tuple[str | None, set[str]]]:
+        alerts = {"force": True, "labels": {"release": "kps"}, **over.pop("alerts", {})}
+        vals = {"platform": {"alerts": alerts}, **over}
+        out = {}
+        for o in render(helm4, values=vals):
+            if o["kind"] == "PrometheusRule":
+                assert o["metadata"]["labels"]["release"] == "kps"
+                out[o["metadata"]["name"]] = (component(o), {g["name"] for g in o["spec"]["groups"]})
+        return out
+    both = rules()
+    assert both == {"gi-gpu-inference-gpu-alerts": ("gpu-alerts", {"gpu-inference.gpu-health", "gpu-inference.gpu-platform"}),
+                    "gi-gpu-inference-alerts": ("inference", {"gpu-inference.workload"})}, both
+    assert rules(alerts={"gpuRules": False}) == {"gi-gpu-inference-alerts": both["gi-gpu-inference-alerts"]}
+    assert rules(workload={"enabled": False}) == {"gi-gpu-inference-gpu-alerts": both["gi-gpu-inference-gpu-alerts"]}
+
+
 def test_servicemonitor_honors_the_workload_labels():
     objects = objs("helm", "platform-on")
     sm = one(objects, "ServiceMonitor", "dcgm-exporter")
