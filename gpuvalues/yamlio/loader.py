@@ -21,7 +21,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import yaml
 
@@ -115,15 +115,21 @@ def helm_key(key: Any) -> str:
     return str(key)
 
 
-class _HelmMixin:
+if TYPE_CHECKING:   # the mixins are always combined with a PyYAML loader (SafeLoader, CSafeLoader)
+    _LoaderBase = yaml.SafeLoader
+else:
+    _LoaderBase = object
+
+
+class _HelmMixin(_LoaderBase):
     """PyYAML's YAML 1.1 parser with go-yaml v2 scalar resolution (see helm_scalar)."""
 
-    def resolve(self, kind, value, implicit):
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
         if kind is yaml.ScalarNode and implicit[0]:
             return _MERGE_TAG if value == "<<" else _PLAIN_TAG
-        return yaml.resolver.Resolver.resolve(self, kind, value, implicit)
+        return yaml.resolver.Resolver.resolve(self, kind, value, implicit)  # type: ignore[no-untyped-call]
 
-    def construct_plain(self, node):
+    def construct_plain(self, node: Any) -> Any:
         try:
             return helm_scalar(node.value)
         except NotRepresentable:
@@ -132,7 +138,7 @@ class _HelmMixin:
                 "infinity or NaN into JSON); write a finite number or quote it",
                 node.start_mark) from None
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
         """Keys in document order, a `<<` merge applied where it stands, as go-yaml v2
         does (decode.go `mapping`/`merge`, which Helm 4.1.4 and 3.17.2 show): a merge
         overwrites the keys written before it, keys after it overwrite the merge, and in
@@ -153,7 +159,7 @@ class _HelmMixin:
             out[helm_key(key)] = self.construct_object(value_node, deep=deep)
         return out
 
-    def _merge(self, out: dict[Any, Any], node, value_node, deep) -> None:
+    def _merge(self, out: dict[Any, Any], node: Any, value_node: Any, deep: bool) -> None:
         if isinstance(value_node, yaml.MappingNode):
             out.update(self.construct_mapping(value_node, deep=deep))
             return
@@ -166,7 +172,7 @@ class _HelmMixin:
             "while constructing a mapping", node.start_mark,
             "map merge requires map or sequence of maps as the value", value_node.start_mark)
 
-    def construct_yaml_timestamp(self, node):  # explicit !!timestamp: keep the text
+    def construct_yaml_timestamp(self, node: Any) -> Any:  # explicit !!timestamp: keep the text
         return node.value
 
 
@@ -174,7 +180,7 @@ class _HelmLoader(_HelmMixin, yaml.SafeLoader):
     """Pure-Python reader: its error messages and marks are the ones users see."""
 
 
-_LOADERS = [_HelmLoader]
+_LOADERS: list[type[yaml.SafeLoader]] = [_HelmLoader]
 if getattr(yaml, "__with_libyaml__", False):
     class _HelmCLoader(_HelmMixin, yaml.CSafeLoader):
         """libyaml-backed reader, several times faster; same resolution rules."""
@@ -646,7 +652,8 @@ def _walk_pyyaml(text: str, pos: dict[Any, Any], key_pos: dict[Any, Any], *, sou
             for i, v in enumerate(node.value):
                 walk(v, path + (i,))
     root = None
-    for loader in dict.fromkeys((_LOADERS[0], _HelmLoader)):
+    first: list[type[yaml.SafeLoader]] = [_LOADERS[0], _HelmLoader]
+    for loader in dict.fromkeys(first):
         try:
             root = yaml.compose(text, Loader=loader)
             break
@@ -691,11 +698,11 @@ class DuplicateKey(yaml.YAMLError):
         self.mark, self.key = mark, key
 
 
-class _UniqueKeys:
+class _UniqueKeys(_LoaderBase):
     """Refuse a key given twice in one mapping (PyYAML keeps the last one silently; Helm's
     go-yaml and kubectl's JSON readers disagree on which wins). Merge keys are exempt."""
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
             seen: set[Any] = set()
             for k, _ in node.value:
