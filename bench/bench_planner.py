@@ -29,7 +29,7 @@ import yaml
 
 from benchlib import readme_section
 from gpuvalues.planners.mig import geometry as mig
-from gpuvalues.planners.mig.milp.model import ModelDemand, NodePool
+from gpuvalues.planners.mig.milp.model import ModelDemand, PlanPool
 from gpuvalues.planners.mig.milp.plan import plan
 
 MIX100 = Path(__file__).with_name("mix100.yaml")
@@ -63,10 +63,10 @@ def mix(factor: float) -> list[ModelDemand]:
     ]
 
 
-def fleet(n: int) -> list[NodePool]:
+def fleet(n: int) -> list[PlanPool]:
     per = 4 if n == 8 else 8
     half = n // 2
-    return [NodePool("a100", "A100-80GB", per, half // per), NodePool("h100", "H100-80GB-SXM", per, half // per)]
+    return [PlanPool("a100", "A100-80GB", per, half // per), PlanPool("h100", "H100-80GB-SXM", per, half // per)]
 
 
 def main() -> str:
@@ -130,7 +130,7 @@ def main_scale() -> str:
     print("|---:|---:|---:|---:|---:|---:|---|")
     ok = True
     for n, target in ((16384, 2.0), (262144, 5.0)):
-        pools = [NodePool("a100", "A100-80GB", 8, n // 16), NodePool("h100", "H100-80GB-SXM", 8, n // 16)]
+        pools = [PlanPool("a100", "A100-80GB", 8, n // 16), PlanPool("h100", "H100-80GB-SXM", 8, n // 16)]
         demands = mix100(n / 16 / 12)   # fills about 74% of the fleet
         with mock.patch.object(mig, "place", wraps=mig.place) as place:
             t0 = time.perf_counter()
@@ -146,7 +146,7 @@ def main_scale() -> str:
     print("\n| 100-model mix, time_limit 0.5 s, no gap tolerance: fleet GPUs | plan GPUs | LP bound | gap | plan() (ms) |")
     print("|---:|---:|---:|---:|---:|")
     for n in (16384, 262144):
-        pools = [NodePool("a100", "A100-80GB", 8, n // 16), NodePool("h100", "H100-80GB-SXM", 8, n // 16)]
+        pools = [PlanPool("a100", "A100-80GB", 8, n // 16), PlanPool("h100", "H100-80GB-SXM", 8, n // 16)]
         t0 = time.perf_counter()
         p = plan(mix100(n / 16 / 12), pools, baselines=False, time_limit=0.5)
         wall = time.perf_counter() - t0

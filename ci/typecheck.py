@@ -17,6 +17,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RATCHET = ROOT / "ci" / "mypy-ratchet.txt"
+# Strict, no ratchet: these files and folders must have 0 mypy --strict errors, and the ratchet
+# may not list them (the goal for the base, catalog, planners and fleet layers; issue 28). A
+# folder or file joins when it reaches 0; it never leaves.
+STRICT = ("gpuvalues/errors.py", "gpuvalues/kube.py", "gpuvalues/bundle.py", "gpuvalues/schemas.py",
+          "gpuvalues/catalog/", "gpuvalues/yamlio/")
 _ERROR = re.compile(r"^(gpuvalues/[^:]+\.py):\d+(?::\d+)?: error: ")
 
 
@@ -39,9 +44,17 @@ def read_ratchet(path: Path = RATCHET) -> dict[str, int]:
     return ceilings
 
 
+def strict(name: str) -> bool:
+    """`name` is held to 0 errors (STRICT), whatever the ratchet says."""
+    return any(name == s or (s.endswith("/") and name.startswith(s)) for s in STRICT)
+
+
 def compare(now: dict[str, int], ceilings: dict[str, int]) -> tuple[list[str], list[str]]:
     """(failures, improvements) of today's counts against the ceilings."""
     worse, better = [], []
+    for name in sorted(n for n in ceilings if strict(n)):
+        worse.append(f"{name}: strict (ci/typecheck.py STRICT), so ci/mypy-ratchet.txt may not list it")
+    ceilings = {k: v for k, v in ceilings.items() if not strict(k)}
     for name in sorted(set(now) | set(ceilings)):
         n, limit = now.get(name, 0), ceilings.get(name, 0)
         if n > limit:

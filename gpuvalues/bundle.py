@@ -28,7 +28,7 @@ CHART_ENV = "GPUVALUES_CHART"
 _BUNDLED_CHART = DATA / "chart"
 
 
-def chart_dir(explicit: str | os.PathLike | None = None) -> Path:
+def chart_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The chart to render: `explicit` (the CLI's --chart), else $GPUVALUES_CHART, else
     the chart bundled with the package."""
     chosen = explicit or os.environ.get(CHART_ENV)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 # A value quoted in a message (any run of non-blank characters) is cut to this many
 # characters, and a whole message to MAX_MESSAGE: a 10 MB string in a spec must not make a
@@ -22,8 +22,8 @@ _LONG_TOKEN = re.compile(r"\S{%d,}" % (MAX_QUOTED + 1))
 _ENDS_WITH_CODE = re.compile(r"\[GV\d{3}\]( \(fix: .*\))?( \(and \d+ more\))?$")
 
 
-def _cut(match: re.Match) -> str:
-    token = match.group(0)
+def _cut(match: re.Match[str]) -> str:
+    token: str = match.group(0)
     close = token[-1] if token[-1] in "'\"" else ""
     return token[:MAX_QUOTED - 3 - len(close)] + "..." + close
 
@@ -246,7 +246,7 @@ class Finding:
             if value and len(value) > MAX_QUOTED:
                 object.__setattr__(self, name, one_line(value))
 
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> tuple[str, int, int, str, str, str]:
         """Order findings by file position, then path and code."""
         return (self.source, self.line or 0, self.column or 0, self.path, self.code, self.message)
 
@@ -259,7 +259,7 @@ class Finding:
         hint = f" (fix: {self.hint})" if self.hint else ""
         return f"{head}{self.path}: {sev}{self.message} [{self.code}]{hint}"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """Plain data for `--output yaml|json`."""
         return {"code": self.code, "severity": self.severity, "source": self.source,
                 "line": self.line, "column": self.column, "path": self.path,

@@ -53,10 +53,16 @@ def parse_quantity(value: Any, field: str | None = None) -> Fraction:
 
 
 # ---------------------------------------------------------------------------- names
+# The patterns as text: the JSON Schemas (schemas/*.schema.json, which Helm and the spec
+# loader apply) carry these exact strings, tests/unit/test_kube.py holds them to it.
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_SUBDOMAIN = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+DNS_SUBDOMAIN_PATTERN = rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$"
+LABEL_NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+LABEL_KEY_PATTERN = rf"^({_DNS_LABEL}(\.{_DNS_LABEL})*/)?{LABEL_NAME_PATTERN[1:]}"   # IsQualifiedName
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+_DNS_SUBDOMAIN = re.compile(DNS_SUBDOMAIN_PATTERN)
+_LABEL_NAME = re.compile(LABEL_NAME_PATTERN)
+_LABEL_VALUE = re.compile(LABEL_VALUE_PATTERN)
 
 
 def is_dns_subdomain(text: Any) -> bool:

@@ -27,7 +27,7 @@ from gpuvalues.io.files import write_all
 from gpuvalues.kube import supported_kube_minor
 
 if TYPE_CHECKING:
-    from gpuvalues.planners.mig.milp.model import NodePool
+    from gpuvalues.planners.mig.milp.model import PlanPool
     from gpuvalues.planners.mig.replan import CurrentLayout, Replan
 
 __all__ = ["fleet_of", "plan_data", "rendered", "release_values_text", "combined_values",
@@ -481,7 +481,7 @@ def replanned(spec_path: str | Path, current_path: str | Path, *, gpu_slack: int
     return result, list(fleet.decisions) + notes
 
 
-def _mig_pools(fleet: Fleet) -> tuple[list[NodePool], dict[str, int]]:
+def _mig_pools(fleet: Fleet) -> tuple[list[PlanPool], dict[str, int]]:
     """The spec's MIG pools as the re-plan sees them: every MIG-managed pool with all its
     nodes, also one whose MIG workloads were all removed (its nodes may keep their layout);
     and per pool the GPUs whole-GPU and tensor-parallel replicas hold (those the fleet's MIG
@@ -507,13 +507,13 @@ def _mig_pools(fleet: Fleet) -> tuple[list[NodePool], dict[str, int]]:
             held[p.name] = sum(g.nodes for g in layout.groups_of(p.name) if g.workloads) * p.gpus_per_node
         else:
             continue
-        pools.append(milp.NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes, mig_enabled=True,
+        pools.append(milp.PlanPool(p.name, p.gpu, p.gpus_per_node, p.nodes, mig_enabled=True,
                                    price_per_gpu=p.price_per_gpu_hour))
     return pools, held
 
 
-def _mig_part(current: CurrentLayout, pools: list[NodePool], held: Mapping[str, int],
-              spec_pools: Mapping[str, Any]) -> tuple[CurrentLayout, list[str], list[NodePool]]:
+def _mig_part(current: CurrentLayout, pools: list[PlanPool], held: Mapping[str, int],
+              spec_pools: Mapping[str, Any]) -> tuple[CurrentLayout, list[str], list[PlanPool]]:
     """The part of the current layout the MIG re-plan may change, and the pools it plans.
 
     Nodes of pools that run no MIG are left alone. In a pool whose whole-GPU / tensor-parallel
@@ -525,7 +525,7 @@ def _mig_part(current: CurrentLayout, pools: list[NodePool], held: Mapping[str, 
     mig = {p.name: p for p in pools}
     notes: list[str] = []
     out: list[CurrentNode] = []
-    plan_pools: list[NodePool] = []
+    plan_pools: list[PlanPool] = []
     aside: dict[str, list[str]] = {}
     for node in current.nodes:
         if node.pool not in mig:

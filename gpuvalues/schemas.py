@@ -27,14 +27,15 @@ if TYPE_CHECKING:
 
 
 @functools.lru_cache(maxsize=8)
-def _schema_cached(path: str, mtime: float) -> dict:
+def _schema_cached(path: str, mtime: float) -> dict[str, Any]:
     try:
-        return json.loads(Path(path).read_text())
+        schema: dict[str, Any] = json.loads(Path(path).read_text())
+        return schema
     except FileNotFoundError:
         raise GpuValuesError(f"schema not found: {path}") from None
 
 
-def load_schema(path: str | Path) -> dict:
+def load_schema(path: str | Path) -> dict[str, Any]:
     """Read a JSON Schema file (cached until it changes on disk)."""
     p = Path(path)
     try:
@@ -44,10 +45,10 @@ def load_schema(path: str | Path) -> dict:
     return _schema_cached(str(p), mtime)
 
 
-_VALIDATORS: dict[int, tuple[dict, Draft202012Validator]] = {}
+_VALIDATORS: dict[int, tuple[dict[str, Any], Draft202012Validator]] = {}
 
 
-def validator_for(schema: dict) -> Draft202012Validator:
+def validator_for(schema: dict[str, Any]) -> Draft202012Validator:
     """A Draft 2020-12 validator with format checking, cached per schema object.
 
     The schemas themselves are checked against the meta-schema in the tests
@@ -113,14 +114,14 @@ def _equal(one: Any, two: Any) -> bool:
         return True
     t1, t2 = _kind(one), _kind(two)
     if t1 is str or t2 is str:
-        return one == two
+        return bool(one == two)
     if t1 is list and t2 is list:
         return len(one) == len(two) and all(_equal(a, b) for a, b in zip(one, two))
     if t1 is dict and t2 is dict:
         return len(one) == len(two) and all(k in two and _equal(v, two[k]) for k, v in one.items())
     if t1 is bool or t2 is bool:
-        return t1 is t2 and one == two
-    return one == two
+        return t1 is t2 and bool(one == two)
+    return bool(one == two)
 
 
 def _number(x: Any) -> bool:
@@ -130,7 +131,7 @@ def _number(x: Any) -> bool:
 class _Compiler:
     """Turns a schema (and the subschemas it refers to) into one `Check`."""
 
-    def __init__(self, root: dict):
+    def __init__(self, root: dict[str, Any]):
         self.root = root
         self.refs: dict[str, Check] = {}
 
@@ -160,14 +161,14 @@ class _Compiler:
         if not isinstance(schema, dict):
             raise _Unsupported(schema)
         at_root = schema is self.root
-        checks = [self.keyword(k, v, schema) for k, v in schema.items() if k not in _IGNORED
-                  and not (at_root and (k == "$id" or (k, v) == ("$schema", _DIALECT)))]
-        checks = [c for c in checks if c is not None]
+        found = [self.keyword(k, v, schema) for k, v in schema.items() if k not in _IGNORED
+                 and not (at_root and (k == "$id" or (k, v) == ("$schema", _DIALECT)))]
+        checks = [c for c in found if c is not None]
         if len(checks) == 1:
             return checks[0]
         return lambda x: all(c(x) for c in checks)
 
-    def keyword(self, k: str, v: Any, schema: dict) -> Check | None:
+    def keyword(self, k: str, v: Any, schema: dict[str, Any]) -> Check | None:
         sub = self.compile
         if k == "type":
             names = [v] if isinstance(v, str) else v
@@ -186,7 +187,7 @@ class _Compiler:
             joined = "|".join(schema.get("patternProperties", {}))
             rest = sub(v) if isinstance(v, dict) else None
 
-            def extras_ok(x):
+            def extras_ok(x: Any) -> bool:
                 if _kind(x) is not dict:
                     return True
                 for key in x:
@@ -204,7 +205,7 @@ class _Compiler:
         if k == "patternProperties":
             pats = [(p, sub(s)) for p, s in v.items()]
 
-            def patterns_ok(x):
+            def patterns_ok(x: Any) -> bool:
                 if _kind(x) is not dict:
                     return True
                 for key, val in x.items():
@@ -234,7 +235,7 @@ class _Compiler:
             if not _number(v):
                 raise _Unsupported(k)
             # the comparisons jsonschema makes (_keywords.py), so NaN passes alike
-            fails = {"minimum": lambda x: x < v, "maximum": lambda x: x > v,
+            fails: Check = {"minimum": lambda x: x < v, "maximum": lambda x: x > v,
                      "exclusiveMinimum": lambda x: x <= v,
                      "exclusiveMaximum": lambda x: x >= v}[k]
             return lambda x: not _number(x) or not fails(x)
@@ -245,7 +246,7 @@ class _Compiler:
         if k == "enum":
             return lambda x: any(_equal(each, x) for each in v)
         if k == "uniqueItems":
-            def unique(x):
+            def unique(x: Any) -> bool:
                 if not v or _kind(x) is not list:
                     return True
                 # on strings and (non-NaN) numbers, a set's == is jsonschema's equal()
@@ -270,10 +271,10 @@ class _Compiler:
         raise _Unsupported(k)      # format, $id inside, dependent*, unevaluated*, ...
 
 
-_FAST: dict[int, tuple[dict, Check | None]] = {}
+_FAST: dict[int, tuple[dict[str, Any], Check | None]] = {}
 
 
-def fast_check(schema: dict) -> Check | None:
+def fast_check(schema: dict[str, Any]) -> Check | None:
     """The compiled check of `schema` (cached per schema object), None when the schema
     uses what the fast path does not model. It returns the exact verdict or raises
     `_Unsure`; `is_valid` is what callers want."""
@@ -287,7 +288,7 @@ def fast_check(schema: dict) -> Check | None:
     return hit[1]
 
 
-def is_valid(schema: dict, instance: Any) -> bool:
+def is_valid(schema: dict[str, Any], instance: Any) -> bool:
     """True when `instance` certainly passes `schema` (Draft 2020-12, as validator_for's
     validator judges it); False when it fails or the fast path cannot tell."""
     check = fast_check(schema)

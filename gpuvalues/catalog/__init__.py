@@ -268,6 +268,8 @@ def _gib_ratios(models: list["GpuModel"]) -> dict[tuple[str, float], float]:
     0.869 (GB200 1g.23gb: 20.00 GiB, gpu-operator#1303)."""
     ratios: dict[tuple[str, float], float] = {}
     for g in models:
+        if g.mig is None:
+            continue
         for p in g.profiles:
             if p.memory_gib_status == "published":
                 for key in (("frac", p.memory_slices / g.mig.memory_slices), ("slices", p.memory_slices)):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from gpuvalues.catalog import get_gpu
 from gpuvalues.io import output
 from gpuvalues.planners.mig import geometry as mig
-from gpuvalues.planners.mig.geometry import Layout
+from gpuvalues.planners.mig.geometry import GpuLayout
 from gpuvalues.errors import GpuValuesError
 from gpuvalues.planners.scheduling.topology import DEFAULT_LABEL_PREFIX, DEFAULT_TOPOLOGY_KEY, Topology
 
@@ -59,7 +59,7 @@ def plan_table(data: Mapping[str, Any], pictures: Sequence[tuple[str, str]] = ()
     return "\n".join(out).rstrip() + "\n"
 
 
-def layout_pictures(plan_: Plan) -> list[tuple[str, str, mig.Layout]]:
+def layout_pictures(plan_: Plan) -> list[tuple[str, str, mig.GpuLayout]]:
     """(title, ASCII picture, layout) for each distinct MIG layout in the plan."""
     out = []
     for p in plan_.pools:
@@ -75,7 +75,7 @@ def layout_pictures(plan_: Plan) -> list[tuple[str, str, mig.Layout]]:
     return out
 
 
-def layouts_svg(rows: Sequence[tuple[str, Layout]]) -> str:
+def layouts_svg(rows: Sequence[tuple[str, GpuLayout]]) -> str:
     """An SVG picture: one row per (title, layout), slots 0..N-1 left to right."""
     cell, h, top, left = 90, 34, 24, 260
     width = left + cell * max((get_gpu(L.gpu).mig.memory_slices for _, L in rows), default=8) + 10

@@ -21,13 +21,13 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import yaml
 
 from gpuvalues.errors import GpuValuesError, SpecError
 from gpuvalues.yamlio.inputs import decode, line_col, read_source
-Path_ = tuple  # a path into the data: keys (str) and list indices (int)
+Path_ = tuple[Any, ...]  # a path into the data: keys (str) and list indices (int)
 
 # go-yaml v2 resolve.go: the plain scalars it looks up in a table before trying numbers.
 _BOOL_NULL = {
@@ -93,11 +93,11 @@ def helm_scalar(text: str) -> Any:
             if _INT64[0] <= value <= _INT64[1]:
                 return value
         if _YAML_FLOAT.match(plain):
-            value = float(plain)
-            if math.isinf(value):    # ParseFloat's range error: go-yaml keeps the string
+            number = float(plain)
+            if math.isinf(number):    # ParseFloat's range error: go-yaml keeps the string
                 return text
-            return int(value) if value.is_integer() and abs(value) < 2 ** 53 and \
-                not re.search(r"[.eE]", plain) else value
+            return int(number) if number.is_integer() and abs(number) < 2 ** 53 and \
+                not re.search(r"[.eE]", plain) else number
         return text
     if _YAML_FLOAT.match(text):
         return float(text)
@@ -115,15 +115,21 @@ def helm_key(key: Any) -> str:
     return str(key)
 
 
-class _HelmMixin:
+if TYPE_CHECKING:   # the mixins are always combined with a PyYAML loader (SafeLoader, CSafeLoader)
+    _LoaderBase = yaml.SafeLoader
+else:
+    _LoaderBase = object
+
+
+class _HelmMixin(_LoaderBase):
     """PyYAML's YAML 1.1 parser with go-yaml v2 scalar resolution (see helm_scalar)."""
 
-    def resolve(self, kind, value, implicit):
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
         if kind is yaml.ScalarNode and implicit[0]:
             return _MERGE_TAG if value == "<<" else _PLAIN_TAG
-        return yaml.resolver.Resolver.resolve(self, kind, value, implicit)
+        return yaml.resolver.Resolver.resolve(self, kind, value, implicit)  # type: ignore[no-untyped-call]
 
-    def construct_plain(self, node):
+    def construct_plain(self, node: Any) -> Any:
         try:
             return helm_scalar(node.value)
         except NotRepresentable:
@@ -132,13 +138,13 @@ class _HelmMixin:
                 "infinity or NaN into JSON); write a finite number or quote it",
                 node.start_mark) from None
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
         """Keys in document order, a `<<` merge applied where it stands, as go-yaml v2
         does (decode.go `mapping`/`merge`, which Helm 4.1.4 and 3.17.2 show): a merge
         overwrites the keys written before it, keys after it overwrite the merge, and in
         `<<: [*a, *b]` the earlier map wins. (PyYAML's own flattening lets explicit keys
         win wherever they stand; Helm does not.)"""
-        out: dict = {}
+        out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE_TAG:
                 self._merge(out, node, value_node, deep)
@@ -153,7 +159,7 @@ class _HelmMixin:
             out[helm_key(key)] = self.construct_object(value_node, deep=deep)
         return out
 
-    def _merge(self, out: dict, node, value_node, deep) -> None:
+    def _merge(self, out: dict[Any, Any], node: Any, value_node: Any, deep: bool) -> None:
         if isinstance(value_node, yaml.MappingNode):
             out.update(self.construct_mapping(value_node, deep=deep))
             return
@@ -166,7 +172,7 @@ class _HelmMixin:
             "while constructing a mapping", node.start_mark,
             "map merge requires map or sequence of maps as the value", value_node.start_mark)
 
-    def construct_yaml_timestamp(self, node):  # explicit !!timestamp: keep the text
+    def construct_yaml_timestamp(self, node: Any) -> Any:  # explicit !!timestamp: keep the text
         return node.value
 
 
@@ -174,7 +180,7 @@ class _HelmLoader(_HelmMixin, yaml.SafeLoader):
     """Pure-Python reader: its error messages and marks are the ones users see."""
 
 
-_LOADERS = [_HelmLoader]
+_LOADERS: list[type[yaml.SafeLoader]] = [_HelmLoader]
 if getattr(yaml, "__with_libyaml__", False):
     class _HelmCLoader(_HelmMixin, yaml.CSafeLoader):
         """libyaml-backed reader, several times faster; same resolution rules."""
@@ -191,7 +197,7 @@ class ExcessiveAliasing(yaml.YAMLError):
     """A document whose aliases expand past go-yaml's limit (an "alias bomb"), or that
     nests deeper than MAX_NESTING."""
 
-    def __init__(self, mark, message: str = "document contains excessive aliasing (aliases "
+    def __init__(self, mark: Any, message: str = "document contains excessive aliasing (aliases "
                  "expand past Helm's limit: an alias bomb?)") -> None:
         super().__init__(message)
         self.mark = mark
@@ -210,7 +216,7 @@ def _allowed_alias_ratio(decodes: int) -> float:
     return 0.99 - 0.89 * (decodes - low) / (high - low)
 
 
-def check_aliasing(root) -> None:
+def check_aliasing(root: Any) -> None:
     """Count the node decodes go-yaml v2 would make for the composed document `root`
     (aliases expanded), and raise ExcessiveAliasing where its decoder fails with
     "document contains excessive aliasing" (decode.go `unmarshal`: more than 100 alias
@@ -252,7 +258,7 @@ _ALIKE_NUMBER = re.compile(r"-?(0|[1-9][0-9]{0,14})(\.[0-9]{1,15})?")
 _ALIKE_LITERALS = {"true", "false", "null", "~"}
 
 
-def _alike_scalar(event, is_key: bool, text: str) -> bool:
+def _alike_scalar(event: Any, is_key: bool, text: str) -> bool:
     if event.anchor or event.tag or event.start_mark.line != event.end_mark.line:
         return False
     v = event.value
@@ -276,14 +282,14 @@ def _check_size(text: str, source: str) -> tuple[int, bool]:
     alias, tag or directive."""
     n = 0
     alike = True
-    open_: list[list] = []           # per open collection: [is a mapping, children so far]
+    open_: list[list[Any]] = []           # per open collection: [is a mapping, children so far]
     try:
         for event in yaml.parse(text, Loader=_LOADERS[0]):
             if isinstance(event, (yaml.ScalarEvent, yaml.MappingStartEvent,
                                   yaml.SequenceStartEvent, yaml.AliasEvent)):
                 n += 1
                 if n > MAX_NODES:
-                    mark = event.start_mark
+                    mark: Any = event.start_mark
                     raise SpecError(f"more than {MAX_NODES:,} YAML values in one file; specs "
                                     "and values files have hundreds", source=source,
                                     line=mark.line + 1, column=mark.column + 1)
@@ -308,7 +314,7 @@ def _check_size(text: str, source: str) -> tuple[int, bool]:
     return n, alike
 
 
-def _documents(text: str, loader_class) -> list:
+def _documents(text: str, loader_class: Any) -> list[Any]:
     loader = loader_class(text)
     try:
         docs = []
@@ -321,7 +327,7 @@ def _documents(text: str, loader_class) -> list:
         loader.dispose()
 
 
-def _load_all(text: str) -> list:
+def _load_all(text: str) -> list[Any]:
     """Every document of `text` as Helm reads it. The fast libyaml reader first; on any
     error the pure-Python reader parses again, so messages and positions are PyYAML's.
     An alias bomb fails fast (check_aliasing) before anything is expanded."""
@@ -371,9 +377,9 @@ class Loaded:
     data: Any
     source: str
     text: str
-    positions: dict = field(repr=False)
-    key_positions: dict = field(repr=False)
-    warnings: tuple = ()
+    positions: dict[Any, Any] = field(repr=False)
+    key_positions: dict[Any, Any] = field(repr=False)
+    warnings: tuple[Any, ...] = ()
 
     def position(self, path: Path_, *, key: bool = False) -> tuple[int, int]:
         """Position of `path`, or of its nearest ancestor that has one (1-based)."""
@@ -381,7 +387,8 @@ class Loaded:
         while True:
             table = self.key_positions if key and path in self.key_positions else self.positions
             if path in table:
-                return table[path]
+                found: tuple[int, int] = table[path]
+                return found
             if not path:
                 return (1, 1)
             path = path[:-1]
@@ -402,7 +409,7 @@ def parse_field(data: Any, field: str | None) -> Path_:
     """The path into `data` that `format_path` wrote as `field` (`items[3].metadata.labels.
     nvidia.com/gpu.count`): keys with dots are matched against the data, longest first,
     so the path is exact where the data has it and stops where it has not."""
-    path: list = []
+    path: list[Any] = []
     rest = field or ""
     node = data
     while rest and rest != "(root)":
@@ -448,8 +455,8 @@ def _yaml_error(exc: yaml.YAMLError, text: str, source: str) -> SpecError:
     return SpecError(f"invalid YAML: {exc}", source=source, line=1, column=1)
 
 
-def _walk_ruamel(node: Any, path: tuple, pos: dict, key_pos: dict, rt: dict,
-                 renamed: list | None = None) -> None:
+def _walk_ruamel(node: Any, path: tuple[Any, ...], pos: dict[Any, Any], key_pos: dict[Any, Any], rt: dict[Any, Any],
+                 renamed: list[Any] | None = None) -> None:
     """Record positions (1-based) and ruamel's YAML 1.2 values for each path, and keys
     Helm renames (`on:` is the key "true" for Helm) in `renamed`."""
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
@@ -505,7 +512,7 @@ def _plain(value: Any) -> Any:
     return str(value)     # dates and tagged scalars: compare by text
 
 
-def _iter_scalars(data: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
+def _iter_scalars(data: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Any]]:
     if isinstance(data, dict):
         for k, v in data.items():
             yield from _iter_scalars(v, path + (k,))
@@ -559,10 +566,10 @@ def load_text(text: str, source: str = "<string>", *, allow_empty: bool = False)
     if data is None and allow_empty:
         data = {}
 
-    pos: dict = {(): (1, 1)}
-    key_pos: dict = {}
-    rt: dict = {}
-    renamed: list = []
+    pos: dict[Any, Any] = {(): (1, 1)}
+    key_pos: dict[Any, Any] = {}
+    rt: dict[Any, Any] = {}
+    renamed: list[Any] = []
     if nodes > ROUND_TRIP_LIMIT or len(text) > ROUND_TRIP_CHARS:
         # ruamel's pure-Python reader takes ~100 us a node: for big files, positions and
         # duplicate keys come from libyaml and the YAML 1.2 comparison (GV010) is skipped.
@@ -619,13 +626,13 @@ def load_text(text: str, source: str = "<string>", *, allow_empty: bool = False)
     return Loaded(data, source, text, pos, key_pos, tuple(warnings))
 
 
-def _walk_pyyaml(text: str, pos: dict, key_pos: dict, *, source: str | None = None) -> None:
+def _walk_pyyaml(text: str, pos: dict[Any, Any], key_pos: dict[Any, Any], *, source: str | None = None) -> None:
     """Positions from PyYAML's composed node tree (libyaml when available). With `source`,
     a duplicate key is a SpecError there (what ruamel's reader reports otherwise)."""
-    def walk(node, path):
+    def walk(node: Any, path: tuple[Any, ...]) -> None:
         pos[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
         if isinstance(node, yaml.MappingNode):
-            names: set = set()
+            names: set[Any] = set()
             for k, v in node.value:
                 if k.tag == _MERGE_TAG:
                     continue
@@ -645,7 +652,8 @@ def _walk_pyyaml(text: str, pos: dict, key_pos: dict, *, source: str | None = No
             for i, v in enumerate(node.value):
                 walk(v, path + (i,))
     root = None
-    for loader in dict.fromkeys((_LOADERS[0], _HelmLoader)):
+    first: list[type[yaml.SafeLoader]] = [_LOADERS[0], _HelmLoader]
+    for loader in dict.fromkeys(first):
         try:
             root = yaml.compose(text, Loader=loader)
             break
@@ -685,18 +693,18 @@ SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 class DuplicateKey(yaml.YAMLError):
     """A mapping that gives one key twice (`parse_yaml(..., unique_keys=True)`)."""
 
-    def __init__(self, mark, key: Any) -> None:
+    def __init__(self, mark: Any, key: Any) -> None:
         super().__init__(f"duplicate key {key!r}")
         self.mark, self.key = mark, key
 
 
-class _UniqueKeys:
+class _UniqueKeys(_LoaderBase):
     """Refuse a key given twice in one mapping (PyYAML keeps the last one silently; Helm's
     go-yaml and kubectl's JSON readers disagree on which wins). Merge keys are exempt."""
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
-            seen: set = set()
+            seen: set[Any] = set()
             for k, _ in node.value:
                 if not isinstance(k, yaml.ScalarNode) or k.tag == _MERGE_TAG:
                     continue
@@ -714,7 +722,7 @@ _UNIQUE_LOADERS = {loader: type(f"_Unique{loader.__name__}", (_UniqueKeys, loade
 def position_in(text: str, path: Path_) -> tuple[int, int]:
     """The 1-based (line, column) of `path` (or its nearest ancestor) in YAML `text`, from
     libyaml's node marks: for a data file's error, after the fast reader kept no positions."""
-    pos: dict = {(): (1, 1)}
+    pos: dict[Any, Any] = {(): (1, 1)}
     try:
         _walk_pyyaml(text, pos, {})
     except (yaml.YAMLError, RecursionError):
@@ -722,7 +730,8 @@ def position_in(text: str, path: Path_) -> tuple[int, int]:
     path = tuple(path)
     while path not in pos:
         path = path[:-1]
-    return pos[path]
+    found: tuple[int, int] = pos[path]
+    return found
 
 
 def parse_yaml(text: str, *, source: str | None = None, error: type[GpuValuesError] = GpuValuesError,

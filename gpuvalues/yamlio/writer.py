@@ -25,9 +25,15 @@ class _NotSimple(Exception):
     """Data `_fast_dump` does not write (PyYAML does)."""
 
 
+def _reads_as_str(v: str) -> bool:
+    """PyYAML's resolver reads the plain scalar `v` as a string."""
+    tag: str = _RESOLVER.resolve(yaml.ScalarNode, v, (True, False))  # type: ignore[no-untyped-call]  # untyped in types-PyYAML
+    return tag == "tag:yaml.org,2002:str"
+
+
 def _fast_dump(data: Any) -> str:
     """PyYAML's block-style text for simple data (see above); _NotSimple otherwise."""
-    cache: dict = {}
+    cache: dict[tuple[type, Any], str] = {}
     seen: set[int] = set()
 
     def atom(v: Any) -> str:
@@ -43,8 +49,7 @@ def _fast_dump(data: Any) -> str:
                     raise _NotSimple
                 # Plain for sure: alphanumeric start, no indicator, read back as a string
                 # (the check PyYAML's emitter makes); anything else is PyYAML's to quote.
-                if _PLAIN.fullmatch(v) and _RESOLVER.resolve(yaml.ScalarNode, v, (True, False)) \
-                        == "tag:yaml.org,2002:str":
+                if _PLAIN.fullmatch(v) and _reads_as_str(v):
                     text = v
             elif isinstance(v, bool) or v is None:
                 text = {True: "true", False: "false", None: "null"}[v]

@@ -419,6 +419,26 @@ def test_servicemonitor_and_rule_only_with_the_crds_or_forced(helm4):
     assert {"ServiceMonitor", "PrometheusRule"} <= kinds(render(helm4, values=forced))
 
 
+def test_platform_and_workload_alerts_are_separate_rule_objects(helm4):
+    """One PrometheusRule per concern (issue 28): the platform's GPU health and component
+    groups in one, the inference workload's in another, each rendered only when its side
+    is; both carry platform.alerts.labels (what a Prometheus ruleSelector matches)."""
+    def rules(**over) -> dict[str, tuple[str | None, set[str]]]:
+        alerts = {"force": True, "labels": {"release": "kps"}, **over.pop("alerts", {})}
+        vals = {"platform": {"alerts": alerts}, **over}
+        out = {}
+        for o in render(helm4, values=vals):
+            if o["kind"] == "PrometheusRule":
+                assert o["metadata"]["labels"]["release"] == "kps"
+                out[o["metadata"]["name"]] = (component(o), {g["name"] for g in o["spec"]["groups"]})
+        return out
+    both = rules()
+    assert both == {"gi-gpu-inference-gpu-alerts": ("gpu-alerts", {"gpu-inference.gpu-health", "gpu-inference.gpu-platform"}),
+                    "gi-gpu-inference-alerts": ("inference", {"gpu-inference.workload"})}, both
+    assert rules(alerts={"gpuRules": False}) == {"gi-gpu-inference-alerts": both["gi-gpu-inference-alerts"]}
+    assert rules(workload={"enabled": False}) == {"gi-gpu-inference-gpu-alerts": both["gi-gpu-inference-gpu-alerts"]}
+
+
 def test_servicemonitor_honors_the_workload_labels():
     objects = objs("helm", "platform-on")
     sm = one(objects, "ServiceMonitor", "dcgm-exporter")
@@ -546,3 +566,83 @@ def test_device_plugin_daemonsets_skip_opted_out_nodes(helm4, label):
         has = [opt_out in t["matchExpressions"] for t in terms]
         want = bool(label) and comp in ("device-plugin", "mps-control-daemon")
         assert has == [want] * 3, (comp, terms)
+
+
+# --- per-component DaemonSet settings (issue 28) ------------------------------------------
+
+# each platform DaemonSet (its component label) and the values that configure it
+DAEMONSETS = {"device-plugin": ("devicePlugin",), "mps-control-daemon": ("devicePlugin", "mpsControlDaemon"),
+              "gpu-feature-discovery": ("gfd",), "mig-manager": ("migManager",),
+              "dcgm-exporter": ("dcgmExporter",), "nfd-worker": ("nfd", "worker")}
+ALL_DAEMONSETS = {"gfd": {"enabled": True}, "nfd": {"enabled": True}, "migManager": {"enabled": True},
+                  "dcgmExporter": {"enabled": True}}
+
+
+def _daemonsets(helm: str, setting: str, value_of) -> dict[str, dict]:
+    """Every platform DaemonSet rendered with `setting` set to value_of(component) in each
+    component's own values (platform-mig-sharing runs the MPS daemon too)."""
+    platform = copy.deepcopy(ALL_DAEMONSETS)
+    for comp, path in DAEMONSETS.items():
+        node = platform
+        for key in path:
+            node = node.setdefault(key, {})
+        node[setting] = value_of(comp)
+    objects = render(helm, scenario_file("platform-mig-sharing"), values={"platform": platform})
+    found = {component(o): o for o in objects if o["kind"] == "DaemonSet"}
+    assert set(found) == set(DAEMONSETS), set(found)
+    return found
+
+
+def test_daemonset_defaults_keep_the_shared_header(helm4):
+    """Without settings every DaemonSet rolls (RollingUpdate) at system-node-critical, as the
+    one shared header did, with no RuntimeClass."""
+    objects = render(helm4, scenario_file("platform-mig-sharing"), values={"platform": copy.deepcopy(ALL_DAEMONSETS)})
+    for ds in (o for o in objects if o["kind"] == "DaemonSet"):
+        spec = ds["spec"]["template"]["spec"]
+        assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
+        assert spec["priorityClassName"] == "system-node-critical" and "runtimeClassName" not in spec
+
+
+def test_daemonset_update_strategy_per_component(helm4):
+    pct = {c: f"{10 + i}%" for i, c in enumerate(DAEMONSETS)}
+    want = lambda c: ({"type": "OnDelete"} if c == "mig-manager"   # noqa: E731
+                      else {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": pct[c]}})
+    for comp, ds in _daemonsets(helm4, "updateStrategy", want).items():
+        assert ds["spec"]["updateStrategy"] == want(comp), comp
+
+
+def test_daemonset_priority_class_per_component(helm4):
+    """GFD and the DCGM exporter no longer take the device plugin's PriorityClass; empty omits it."""
+    name = lambda c: "" if c == "nfd-worker" else f"pc-{c}"   # noqa: E731
+    for comp, ds in _daemonsets(helm4, "priorityClassName", name).items():
+        assert ds["spec"]["template"]["spec"].get("priorityClassName", "") == name(comp), comp
+
+
+def test_daemonset_runtime_class_per_component(helm4):
+    for comp, ds in _daemonsets(helm4, "runtimeClassName", lambda c: f"rc-{c}").items():
+        assert ds["spec"]["template"]["spec"]["runtimeClassName"] == f"rc-{comp}", comp
+
+
+def test_daemonset_pod_annotations_per_component_keep_the_checksums(helm4):
+    for comp, ds in _daemonsets(helm4, "podAnnotations", lambda c: {"example.com/who": c}).items():
+        ann = ds["spec"]["template"]["metadata"]["annotations"]
+        assert ann["example.com/who"] == comp and any(k.startswith("checksum/") for k in ann), (comp, ann)
+
+
+def test_daemonset_node_selector_per_component(helm4):
+    """A component's nodeSelector is ANDed with its placement; the MPS daemon keeps its own."""
+    for comp, ds in _daemonsets(helm4, "nodeSelector", lambda c: {"example.com/pool": c}).items():
+        sel = ds["spec"]["template"]["spec"]["nodeSelector"]
+        assert sel.pop("example.com/pool") == comp
+        assert sel == ({"nvidia.com/mps.capable": "true"} if comp == "mps-control-daemon" else {}), (comp, sel)
+
+
+@pytest.mark.parametrize("setting,value,needle", [
+    ("updateStrategy", {"type": "Sometimes"}, "updateStrategy"),
+    ("updateStrategy", {"rollingUpdate": {"maxUnavailable": "150%"}}, "maxUnavailable"),
+    ("priorityClassName", "Not_A_Name", "priorityClassName"), ("runtimeClassName", "nvidia runtime", "runtimeClassName"),
+    ("podAnnotations", {"a": 1}, "podAnnotations"), ("nodeSelector", {"bad key!": "x"}, "bad key!"),
+])
+def test_daemonset_settings_schema_refuses(helm4, setting, value, needle):
+    res = template(helm4, values={"platform": {"gfd": {"enabled": True, setting: value}}})
+    assert res.returncode != 0 and needle in res.stderr, res.stderr

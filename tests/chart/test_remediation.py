@@ -131,6 +131,29 @@ def test_config_is_accepted_by_the_controller(helm, rendered_on, tmp_path):
     assert opts.metrics_address.endswith(f":{port}")
 
 
+def test_critical_xids_have_one_source(helm4):
+    """platform.alerts.criticalXids is the one list: the controller quarantines on the Xids
+    the alert pages on unless platform.remediation.criticalXids names its own (issue 28)."""
+    chart_values = yaml.safe_load((CHART / "values.yaml").read_text())["platform"]
+    assert chart_values["remediation"]["criticalXids"] == []          # no second copy of the list
+
+    def config_and_alert(vals: dict) -> tuple[list, str]:
+        objs = render(helm4, values={"platform": {"remediation": {"enabled": True, **vals.get("remediation", {})},
+                                                   "alerts": {"force": True, **vals.get("alerts", {})}}})
+        [cm] = by_kind(remediation_objs(objs), "ConfigMap")
+        exprs = [r["expr"] for o in by_kind(objs, "PrometheusRule") for g in o["spec"]["groups"]
+                 for r in g["rules"] if r.get("alert") == "GPUCriticalXidError"]
+        return yaml.safe_load(cm["data"]["config.yaml"])["criticalXids"], exprs[0]
+
+    xids, expr = config_and_alert({})
+    assert xids == chart_values["alerts"]["criticalXids"]
+    assert f'xid=~"{"|".join(map(str, xids))}"' in expr
+    xids, expr = config_and_alert({"alerts": {"criticalXids": [79, 48]}})
+    assert xids == [79, 48] and 'xid=~"79|48"' in expr
+    xids, expr = config_and_alert({"alerts": {"criticalXids": [79, 48]}, "remediation": {"criticalXids": [13]}})
+    assert xids == [13] and 'xid=~"79|48"' in expr                     # an explicit list wins for the controller
+
+
 @pytest.mark.parametrize("bad", [
     {"breakerMaxPercent": 150}, {"replicas": 0}, {"signals": {"exporterMissing": "page"}}, {"unknown": 1},
     {"criticalXids": ["79"]}, {"window": "ten minutes"}, {"image": {"repository": "x", "tag": "latest"}},

@@ -59,6 +59,9 @@ ESCAPE_HATCHES = {
     "#/properties/platform/properties/migManager/properties/config/properties/mig-configs":
         "config name -> mig-parted entries (each entry closed)",
     "mig-configs/additionalProperties/items/properties/mig-devices": "MIG profile -> instance count",
+    # each platform DaemonSet's own pod annotations and node selector ($defs/daemonSetSettings)
+    "properties/podAnnotations": "annotation map of a platform DaemonSet's pods",
+    "properties/nodeSelector": "node label map of a platform DaemonSet",
 }
 # Keywords whose subschemas are predicates over a node already checked, not value nodes.
 PREDICATES = {"if", "then", "else", "not"}

@@ -179,9 +179,9 @@ def _running(kube, ns, pool, names, start, tmp_path, small_min: int):
             "pods": len(pods_on[n])} for n in names}}
     (tmp_path / "current.yaml").write_text(yaml.safe_dump(current))
     from gpuvalues.io.current import load_current
-    from gpuvalues.planners.mig.milp.model import ModelDemand, NodePool
+    from gpuvalues.planners.mig.milp.model import ModelDemand, PlanPool
     from gpuvalues.planners.mig.replan import replan
-    pools = [NodePool(pool, "A100-80GB", 1, 3)]
+    pools = [PlanPool(pool, "A100-80GB", 1, 3)]
     r = replan([ModelDemand("small", replicas=7, memory_gb=8), ModelDemand("mid", replicas=3, memory_gb=35)],
                pools, load_current(tmp_path / "current.yaml", pools))
     out = tmp_path / "replan.json"

@@ -24,8 +24,9 @@ def _rule_spec(helm: str, **set_values: str) -> dict:
     values = {"platform.alerts.force": "true", **set_values}
     objs = render(helm, set_values=values)
     rules = [o for o in objs if o["kind"] == "PrometheusRule"]
-    assert len(rules) == 1, [o["kind"] for o in objs]
-    return rules[0]["spec"]
+    # one object for the platform's rules, one for the workload's (one resource per template)
+    assert len(rules) == 2, [o["kind"] for o in objs]
+    return {"groups": [g for r in rules for g in r["spec"]["groups"]]}
 
 
 def _alerts(spec: dict) -> dict[str, dict]:
@@ -197,8 +198,9 @@ def _counter_fields(objs) -> set[str]:
 def test_our_exporter_ships_every_field_the_alerts_read(helm):
     import re
     objs = render(helm, set_values={"platform.alerts.force": "true", "platform.dcgmExporter.enabled": "true"})
-    (rule,) = [o for o in objs if o["kind"] == "PrometheusRule"]
-    needed = {f for r in _alerts(rule["spec"]).values() for f in re.findall(r"DCGM_\w+", r["expr"])}
+    rules = [o for o in objs if o["kind"] == "PrometheusRule"]
+    spec = {"groups": [g for r in rules for g in r["spec"]["groups"]]}
+    needed = {f for r in _alerts(spec).values() for f in re.findall(r"DCGM_\w+", r["expr"])}
     assert {"DCGM_EXP_XID_ERRORS_COUNT", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_GPU_TEMP"} <= needed
     assert needed <= _counter_fields(objs)
 

@@ -8,10 +8,10 @@ import pytest
 from gpuvalues.errors import GpuValuesError
 from gpuvalues.io.current import load_current, split_node
 from gpuvalues.catalog import get_gpu
-from gpuvalues.planners.mig.milp.model import NodePool
+from gpuvalues.planners.mig.milp.model import PlanPool
 from tests.unit.oracles import replicas_oracle
 
-POOLS = [NodePool("a100", "A100-80GB", 4, 3), NodePool("h100", "H100-80GB-SXM", 2, 1)]
+POOLS = [PlanPool("a100", "A100-80GB", 4, 3), PlanPool("h100", "H100-80GB-SXM", 2, 1)]
 
 MIG_PARTED = """\
 version: v1

@@ -5,6 +5,7 @@ apimachinery quantity.go (suffixes n, u, m, k..E, Ki..Ei, exponents)."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 from fractions import Fraction
 
@@ -113,3 +114,41 @@ def test_kube_minor(version, minor):
 def test_bad_kube_versions_are_user_errors(bad):
     with pytest.raises(GpuValuesError, match="fix --kube-version"):
         kube.kube_minor(bad)
+
+
+def test_schemas_carry_the_label_patterns_of_kube():
+    """One definition of label syntax: the JSON Schemas (which Helm and the spec loader apply,
+    and which cannot import Python) carry kube's pattern strings verbatim, and the patterns
+    agree with kube's predicates on edge cases (a negative control: a wrong copy fails)."""
+    import json
+
+    from tests.conftest import ROOT
+
+    values = json.loads((ROOT / "schemas" / "values.schema.json").read_text())["$defs"]
+    spec = json.loads((ROOT / "schemas" / "spec.schema.json").read_text())
+    assert values["labelKey"]["pattern"] == kube.LABEL_KEY_PATTERN
+    assert values["labelValue"]["pattern"] == kube.LABEL_VALUE_PATTERN
+    selectors = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if node.get("type") == "object" and "propertyNames" in node and "pattern" in node.get("additionalProperties", {}):
+                selectors.append(node)
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    walk(spec)
+    assert selectors, "the spec schema has label maps (nodeSelector)"
+    for node in selectors:
+        assert node["propertyNames"]["pattern"] == kube.LABEL_KEY_PATTERN
+        assert node["additionalProperties"]["pattern"] == kube.LABEL_VALUE_PATTERN
+    key, value = re.compile(kube.LABEL_KEY_PATTERN), re.compile(kube.LABEL_VALUE_PATTERN)
+    for text in ["a", "nvidia.com/gpu.deploy.mig-manager", "A_b.c-d", "x/", "/x", "-a", "a" * 63, "a" * 64,
+                 "Example.com/a", "ex..com/a", "a/b/c", ""]:
+        # the schemas pair each pattern with maxLength (317 for a key, 63 for a value)
+        assert (bool(key.fullmatch(text)) and len(text) <= 317) == kube.is_label_key(text), text
+        assert (bool(value.fullmatch(text)) and len(text) <= 63) == kube.is_label_value(text), text
+    wrong = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"        # a copy that forgot the 63 limit
+    assert bool(re.fullmatch(wrong, "a" * 64)) != kube.is_label_key("a" * 64)

@@ -173,7 +173,7 @@ def test_bad_count_and_unknown_gpu():
 
 
 def test_picture_shows_slots_and_free():
-    L = mig.Layout("A100-80GB", tuple(mig.place("A100-80GB", {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1})))
+    L = mig.GpuLayout("A100-80GB", tuple(mig.place("A100-80GB", {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1})))
     pic = L.picture().splitlines()
     assert pic[0].split() == ["slot"] + [str(i) for i in range(8)]
     assert pic[1].count("[") == 4 and "3g.40gb" in pic[1] and pic[1].rstrip().endswith(".   ]")

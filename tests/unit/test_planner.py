@@ -22,7 +22,7 @@ from gpuvalues.catalog import GIB_PER_GB
 from gpuvalues.errors import PlanError
 from gpuvalues.planners import deviceplugin
 from gpuvalues.planners.mig import migparted
-from gpuvalues.planners.mig.milp.model import ModelDemand, NodePool
+from gpuvalues.planners.mig.milp.model import ModelDemand, PlanPool
 from gpuvalues.planners.mig.milp.plan import plan, sharing_plan
 from tests.unit.oracles import replicas_oracle
 
@@ -101,9 +101,9 @@ def test_planner_matches_brute_force(data):
     best = oracle_min_gpus(demands, gpu, cap)
     if best is None:
         with pytest.raises(PlanError):
-            plan(demands, [NodePool("p", gpu, gpus_per_node=cap, nodes=1)], baselines=False)
+            plan(demands, [PlanPool("p", gpu, gpus_per_node=cap, nodes=1)], baselines=False)
         return
-    p = plan(demands, [NodePool("p", gpu, gpus_per_node=cap, nodes=1)], baselines=False)
+    p = plan(demands, [PlanPool("p", gpu, gpus_per_node=cap, nodes=1)], baselines=False)
     assert p.gpus_used == best
     assert p.optimal and p.gap == 0
     assert p.lp_bound <= best + 1e-6
@@ -123,7 +123,7 @@ def test_planner_matches_brute_force(data):
 
 def test_small_models_pack_seven_per_a100():
     # 14 replicas of a 4 GB model: 7 x 1g.10gb per A100-80GB -> 2 GPUs; whole GPUs need 14.
-    p = plan([ModelDemand("small", replicas=14, memory_gb=4)], [NodePool("a", "A100-80GB", 8, 2)])
+    p = plan([ModelDemand("small", replicas=14, memory_gb=4)], [PlanPool("a", "A100-80GB", 8, 2)])
     assert p.gpus_used == 2 and p.gap == 0
     base = {b.name: b.gpus for b in p.baselines}
     assert base == {"whole-gpu": 14, "all-balanced": 4, "all-1g": 2}  # balanced: 2x1g+2g+3g = 4 replicas/GPU
@@ -134,15 +134,15 @@ def test_throughput_hand_computed():
     tput = {"1g.10gb": 600, "2g.20gb": 1300, "3g.40gb": 2100, "7g.80gb": 4800}
     # 4000/s with 1g only: 7 x 600 = 4200 >= 4000 on one GPU
     p = plan([ModelDemand("bert", throughput=4000, throughput_per_instance=tput, allowed_profiles=("1g.10gb",))],
-             [NodePool("a", "A100-80GB", 8, 1)], baselines=False)
+             [PlanPool("a", "A100-80GB", 8, 1)], baselines=False)
     assert p.gpus_used == 1 and p.served["bert"] >= 4000
     # 4300/s with 1g only: needs 8 instances -> 2 GPUs
     p = plan([ModelDemand("bert", throughput=4300, throughput_per_instance=tput, allowed_profiles=("1g.10gb",))],
-             [NodePool("a", "A100-80GB", 8, 1)], baselines=False)
+             [PlanPool("a", "A100-80GB", 8, 1)], baselines=False)
     assert p.gpus_used == 2
     # all profiles: best per GPU is 2x3g = 4200? no: 3g+2g+2x1g = 2100+1300+1200 = 4600; 3x2g+1g = 4500;
     # 7x1g = 4200; 7g = 4800 -> 4800 covers 4700 on one GPU
-    p = plan([ModelDemand("bert", throughput=4700, throughput_per_instance=tput)], [NodePool("a", "A100-80GB", 8, 1)],
+    p = plan([ModelDemand("bert", throughput=4700, throughput_per_instance=tput)], [PlanPool("a", "A100-80GB", 8, 1)],
              baselines=False)
     assert p.gpus_used == 1
 
@@ -152,14 +152,14 @@ def test_gpu_qualified_throughput_prefers_faster_pool():
     # (7 x 100 x 2 = 1400 < 1500) but one H100 is (7 x 250 = 1750).
     d = ModelDemand("m", throughput=1500, throughput_per_instance={"1g.10gb": 100, "H100-80GB-SXM/1g.10gb": 250},
                     allowed_profiles=("1g.10gb",))
-    p = plan([d], [NodePool("a", "A100-80GB", 2, 1), NodePool("h", "NVIDIA-H100-80GB-HBM3", 1, 1)], baselines=False)
+    p = plan([d], [PlanPool("a", "A100-80GB", 2, 1), PlanPool("h", "NVIDIA-H100-80GB-HBM3", 1, 1)], baselines=False)
     used = {pp.pool.name: pp.gpus_used for pp in p.pools}
     assert used == {"a": 0, "h": 1}
 
 
 def test_cost_objective_uses_cheaper_pool_first():
     d = [ModelDemand("m", replicas=10, memory_gb=8)]
-    pools = [NodePool("a", "A100-80GB", 1, 1), NodePool("h", "H100-80GB-SXM", 4, 1)]
+    pools = [PlanPool("a", "A100-80GB", 1, 1), PlanPool("h", "H100-80GB-SXM", 4, 1)]
     p = plan(d, pools, objective="cost", prices={"A100-80GB": 2.0, "NVIDIA H100 80GB HBM3": 3.0})
     used = {pp.pool.name: pp.gpus_used for pp in p.pools}
     assert used == {"a": 1, "h": 1} and p.cost == 5.0   # 7 on the A100, 3 on one H100
@@ -169,24 +169,24 @@ def test_cost_objective_uses_cheaper_pool_first():
 
 def test_capacity_error_gives_bound():
     with pytest.raises(PlanError, match=r"need at least 3 GPUs \(LP bound\) but the pools hold 2"):
-        plan([ModelDemand("m", replicas=15, memory_gb=8)], [NodePool("a", "A100-80GB", 2, 1)])
+        plan([ModelDemand("m", replicas=15, memory_gb=8)], [PlanPool("a", "A100-80GB", 2, 1)])
 
 
 def test_model_too_big_named():
     with pytest.raises(PlanError, match="model 'llama70b-bf16' needs 141 GB") as exc:
-        plan([ModelDemand("llama70b-bf16", replicas=1, memory_gb=141)], [NodePool("a", "A100-80GB", 8, 1)])
+        plan([ModelDemand("llama70b-bf16", replicas=1, memory_gb=141)], [PlanPool("a", "A100-80GB", 8, 1)])
     assert exc.value.field == "models.llama70b-bf16"
 
 
 @pytest.mark.parametrize("demand, pool, text", [
-    (ModelDemand("m"), NodePool("a", "A100-80GB"), "exactly one of replicas or throughput"),
-    (ModelDemand("m", throughput=5), NodePool("a", "A100-80GB"), "throughput_per_instance"),
-    (ModelDemand("m", replicas=1), NodePool("a", "K80"), "unknown GPU model"),
-    (ModelDemand("m", replicas=1), NodePool("a", "A100-80GB", sharing="mps"), "mig_enabled: false"),
-    (ModelDemand("m", replicas=1), NodePool("bad name!", "A100-80GB"), "label-safe"),
-    (ModelDemand("m", throughput=5, throughput_per_instance={"1g.10g": 3}), NodePool("a", "A100-80GB"),
+    (ModelDemand("m"), PlanPool("a", "A100-80GB"), "exactly one of replicas or throughput"),
+    (ModelDemand("m", throughput=5), PlanPool("a", "A100-80GB"), "throughput_per_instance"),
+    (ModelDemand("m", replicas=1), PlanPool("a", "K80"), "unknown GPU model"),
+    (ModelDemand("m", replicas=1), PlanPool("a", "A100-80GB", sharing="mps"), "mig_enabled: false"),
+    (ModelDemand("m", replicas=1), PlanPool("bad name!", "A100-80GB"), "label-safe"),
+    (ModelDemand("m", throughput=5, throughput_per_instance={"1g.10g": 3}), PlanPool("a", "A100-80GB"),
      "'1g.10g' is not a profile of any pool's GPU"),
-    (ModelDemand("m", replicas=1, excluded_profiles=("3g.20gb",)), NodePool("a", "A100-80GB"), "not a profile"),
+    (ModelDemand("m", replicas=1, excluded_profiles=("3g.20gb",)), PlanPool("a", "A100-80GB"), "not a profile"),
 ])
 def test_bad_inputs(demand, pool, text):
     with pytest.raises(PlanError, match=text):
@@ -196,7 +196,7 @@ def test_bad_inputs(demand, pool, text):
 def test_configs_realise_the_plan():
     d = [ModelDemand("a", replicas=3, memory_gb=18), ModelDemand("b", replicas=5, memory_gb=8),
          ModelDemand("c", replicas=1, memory_gb=70)]
-    p = plan(d, [NodePool("pool-a", "A100-80GB", gpus_per_node=2, nodes=4)])
+    p = plan(d, [PlanPool("pool-a", "A100-80GB", gpus_per_node=2, nodes=4)])
     cfg = p.mig_parted_config
     migparted.validate_mig_parted_config(cfg, gpu="A100-80GB")
     # every node group has a label selecting an existing mig-parted config
@@ -245,7 +245,7 @@ def test_mps_plan_respects_client_limit():
 
 def test_sixteen_thousand_gpus_is_exact():
     # Big numbers: 100,000 replicas of a 1g model need exactly ceil(100000 / 7) = 14286 GPUs.
-    p = plan([ModelDemand("m", replicas=100_000, memory_gb=5)], [NodePool("a", "A100-80GB", 8, 2048)], baselines=False)
+    p = plan([ModelDemand("m", replicas=100_000, memory_gb=5)], [PlanPool("a", "A100-80GB", 8, 2048)], baselines=False)
     assert p.gpus_used == 14286 and p.gap == 0
 
 
@@ -306,7 +306,7 @@ def test_cli_plan_bad_input_exit_2_no_file(tmp_path, capsys):
 
 
 def test_whole_pool_on_mig_gpu_turns_mig_off():
-    p = plan([ModelDemand("big", replicas=3, memory_gb=70)], [NodePool("h", "H100-80GB-SXM", 4, 1, mig_enabled=False)],
+    p = plan([ModelDemand("big", replicas=3, memory_gb=70)], [PlanPool("h", "H100-80GB-SXM", 4, 1, mig_enabled=False)],
              baselines=False)
     assert p.gpus_used == 3 and p.pools[0].mode == "whole"
     entries = p.mig_parted_config["mig-configs"]["h"]
@@ -317,12 +317,12 @@ def test_whole_pool_on_mig_gpu_turns_mig_off():
 
 
 def test_plan_warns_when_placements_are_derived():
-    from gpuvalues.planners.mig.milp.model import ModelDemand, NodePool
+    from gpuvalues.planners.mig.milp.model import ModelDemand, PlanPool
     from gpuvalues.planners.mig.milp.plan import plan
     demands = [ModelDemand("m", replicas=3)]
-    derived = plan(demands, [NodePool("h200", "H200-141GB", gpus_per_node=8, nodes=1)], baselines=False)
+    derived = plan(demands, [PlanPool("h200", "H200-141GB", gpus_per_node=8, nodes=1)], baselines=False)
     assert any("h200" in w and "placements are derived" in w for w in derived.warnings)
-    published = plan(demands, [NodePool("a100", "A100-80GB", gpus_per_node=8, nodes=1)], baselines=False)
+    published = plan(demands, [PlanPool("a100", "A100-80GB", gpus_per_node=8, nodes=1)], baselines=False)
     assert not any("placements are derived" in w for w in published.warnings)
 
 
@@ -332,7 +332,7 @@ def test_pinned_pool_shortage_names_the_pool_not_the_fleet():
     # 15 replicas of an 8 GB model pinned to a 2-GPU pool (7 per A100 -> 3 GPUs); the fleet holds 10
     d = [ModelDemand("m", replicas=15, memory_gb=8, pools=("a",)), ModelDemand("n", replicas=3, memory_gb=8)]
     with pytest.raises(PlanError) as exc:
-        plan(d, [NodePool("a", "A100-80GB", 2, 1), NodePool("b", "A100-80GB", 8, 1)])
+        plan(d, [PlanPool("a", "A100-80GB", 2, 1), PlanPool("b", "A100-80GB", 8, 1)])
     msg = str(exc.value)
     assert "pool 'a' (A100-80GB) needs at least 3 of its GPUs" in msg and "holds 2" in msg
     assert "only run there: m" in msg and "Binding constraint: capacity of pool a" in msg
@@ -344,7 +344,7 @@ def test_integrality_named_when_the_lp_fits():
     d = [ModelDemand(n, throughput=1, throughput_per_instance={"7g.80gb": 2}) for n in ("A", "B")]
     with pytest.raises(PlanError, match=r"LP relaxation does \(1.0 of 1 GPUs\): binding constraint: whole MIG "
                                          r"instances per GPU \(integrality"):
-        plan(d, [NodePool("a", "A100-80GB", 1, 1)])
+        plan(d, [PlanPool("a", "A100-80GB", 1, 1)])
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -352,8 +352,8 @@ def test_infeasibility_messages_never_contradict_themselves(seed):
     import random
     import re
     rnd = random.Random(seed)
-    pools = [NodePool("a", "A100-80GB", rnd.choice([1, 2]), rnd.randint(1, 2)),
-             NodePool("h", "H100-80GB-SXM", rnd.choice([1, 2]), rnd.randint(1, 2))]
+    pools = [PlanPool("a", "A100-80GB", rnd.choice([1, 2]), rnd.randint(1, 2)),
+             PlanPool("h", "H100-80GB-SXM", rnd.choice([1, 2]), rnd.randint(1, 2))]
     d = [ModelDemand(f"m{i}", replicas=rnd.randint(1, 20), memory_gb=rnd.choice([4, 8, 19, 35, 60]),
                      pools=rnd.choice([None, ("a",), ("h",)])) for i in range(3)]
     try:
@@ -371,7 +371,7 @@ def test_plan_is_never_worse_than_lp_rounding_even_at_a_tiny_time_limit():
     from gpuvalues.planners.mig.milp.solve import round_lp, solve_lp
     import numpy as np
     d = [ModelDemand(f"m{i}", replicas=5 + 3 * i, memory_gb=[4, 9, 19, 35][i % 4]) for i in range(12)]
-    pools = [NodePool("a", "A100-80GB", 8, 64), NodePool("h", "H100-80GB-SXM", 8, 64)]
+    pools = [PlanPool("a", "A100-80GB", 8, 64), PlanPool("h", "H100-80GB-SXM", 8, 64)]
     model = milp.build_model(d, pools, "optimal")
     _, info, sol, cols, _ = solve_lp(model, d, [1.0, 1.0], integer=False)
     rounded = round_lp(model, d, sol, cols)
@@ -385,7 +385,7 @@ def test_plan_is_never_worse_than_lp_rounding_even_at_a_tiny_time_limit():
 def test_time_limit_is_shared_with_the_baselines():
     import time
     d = [ModelDemand(f"m{i}", replicas=5 + 3 * i, memory_gb=[4, 9, 19, 35][i % 4]) for i in range(12)]
-    pools = [NodePool("a", "A100-80GB", 8, 64), NodePool("h", "H100-80GB-SXM", 8, 64)]
+    pools = [PlanPool("a", "A100-80GB", 8, 64), PlanPool("h", "H100-80GB-SXM", 8, 64)]
     t0 = time.perf_counter()
     p = plan(d, pools, time_limit=0.05)
     assert time.perf_counter() - t0 < 3.0   # three baselines of 30 s each before
@@ -398,7 +398,7 @@ def test_time_limit_is_shared_with_the_baselines():
 def test_rounding_is_a_valid_plan():
     # the rounding alone (HiGHS given no time for the MIP) still serves every model within capacity
     d = [ModelDemand(f"m{i}", replicas=3 + i, memory_gb=[4, 9, 19][i % 3]) for i in range(6)]
-    pools = [NodePool("a", "A100-80GB", 8, 4)]
+    pools = [PlanPool("a", "A100-80GB", 8, 4)]
     p = plan(d, pools, baselines=False, time_limit=0.001)
     for dd in d:
         assert p.served[dd.name] >= dd.replicas

@@ -25,7 +25,7 @@ from gpuvalues.errors import PlanError
 from gpuvalues.planners.mig.milp import certify as certifying
 from gpuvalues.planners.mig.milp.certify import certify
 from gpuvalues.planners.mig.milp.highs import Rows, run_once
-from gpuvalues.planners.mig.milp.model import ModelDemand, NodePool
+from gpuvalues.planners.mig.milp.model import ModelDemand, PlanPool
 from gpuvalues.planners.mig.milp.plan import plan
 from gpuvalues.planners.mig.replan import replan
 from gpuvalues.planners.mig.replan import CurrentLayout, CurrentNode
@@ -43,8 +43,8 @@ def demands_of(case) -> list[ModelDemand]:
     return out
 
 
-def pools_of(case) -> list[NodePool]:
-    return [NodePool(p["name"], p["gpu"], p["gpusPerNode"], p["nodes"]) for p in case["pools"]]
+def pools_of(case) -> list[PlanPool]:
+    return [PlanPool(p["name"], p["gpu"], p["gpusPerNode"], p["nodes"]) for p in case["pools"]]
 
 
 def current_of(case) -> CurrentLayout:
@@ -129,7 +129,7 @@ def fleets(draw, *, current: bool):
         gpn = draw(st.integers(1, 2))
         n = draw(st.integers(1, 3 if current else 2))
         mig_on = draw(st.booleans()) or draw(st.booleans()) or draw(st.booleans())
-        pools.append(NodePool(f"p{i}", gpu, gpn, n, mig_enabled=mig_on))
+        pools.append(PlanPool(f"p{i}", gpu, gpn, n, mig_enabled=mig_on))
         if current:
             layouts = [dict(lay) for lay in R.all_layouts(gpu) if lay and all(p in BASE[gpu] for p, _ in lay)]
             for _ in range(draw(st.integers(0, n))):
@@ -243,7 +243,7 @@ def test_the_comparison_catches_wrong_answers():
     """Negative control: a plan one GPU above the optimum claimed optimal, a bound above it,
     a re-plan that changes a node more than needed, each is reported."""
     dem = [ModelDemand("m", replicas=3, memory_gb=5)]
-    pools = [NodePool("p", "A30", 1, 2)]
+    pools = [PlanPool("p", "A30", 1, 2)]
     want = R.fewest_gpus(dem, pools)
     assert want == 1                                       # four 1g.6gb on one A30
     good = plan(dem, pools, baselines=False)
@@ -272,7 +272,7 @@ def test_the_comparison_catches_wrong_answers():
 def pinned_fleets(draw):
     """MIG pools and replica demands pinned as the fleet pins them: each to one profile of its
     pool that holds its memory (the smallest, or the user's `sharing.migProfile`)."""
-    pools = [NodePool(f"p{i}", draw(st.sampled_from(GPUS)), draw(st.integers(1, 4)), draw(st.integers(1, 3)))
+    pools = [PlanPool(f"p{i}", draw(st.sampled_from(GPUS)), draw(st.integers(1, 4)), draw(st.integers(1, 3)))
              for i in range(draw(st.integers(1, 2)))]
     demands = []
     for j in range(draw(st.integers(1, 4))):
@@ -305,14 +305,14 @@ def test_a_baseline_does_not_fit_memory_more_loosely_than_the_plan():
     """A 5 GB model pinned to 2g.20gb (sharing.migProfile): 55d8461's all-1g baseline put it
     on 1g.10gb instances (2 GPUs) and "beat" the plan's 4; with the plan's memory rule it fits
     no 1g instance and gets whole GPUs."""
-    pools = [NodePool("a100", "A100-80GB", 4, 2)]
+    pools = [PlanPool("a100", "A100-80GB", 4, 2)]
     dem = [ModelDemand("small", replicas=12, memory_gb=5, allowed_profiles=("2g.20gb",), pools=("a100",))]
     p = plan(dem, pools)
     got = {b.name: b.gpus for b in p.baselines}
     assert p.gpus_used == 4 == R.fewest_gpus(dem, pools)
     assert got["all-1g"] == 12 and got["all-balanced"] == 6 and got["whole-gpu"] == 12
     # the whole-GPU baseline keeps a model's pools: pinned to the small pool, it is short there
-    pools2 = [NodePool("a", "A100-80GB", 1, 1), NodePool("b", "A100-80GB", 8, 1)]
+    pools2 = [PlanPool("a", "A100-80GB", 1, 1), PlanPool("b", "A100-80GB", 8, 1)]
     p2 = plan([ModelDemand("m", throughput=3, throughput_per_instance={"1g.10gb": 1, "gpu": 1}, memory_gb=5,
                            pools=("a",))], pools2)
     whole = next(b for b in p2.baselines if b.name == "whole-gpu")
@@ -394,7 +394,7 @@ def test_a_model_with_no_demand_that_nothing_serves_needs_no_gpu():
     which 55d8461 reported as "no plan satisfies the workload mix"."""
     dem = [ModelDemand("m0", throughput=0, memory_gb=60,
                        throughput_per_instance={"1g.10gb": 5, "3g.40gb": 1, "gpu": 10})]
-    pools = [NodePool("p0", "A100-80GB", 2, 1)]
+    pools = [PlanPool("p0", "A100-80GB", 2, 1)]
     assert R.fewest_gpus(dem, pools) == 0
     p = plan(dem, pools)
     assert p.gpus_used == 0 and p.optimal and p.gap == 0

@@ -15,7 +15,7 @@ import pytest
 
 from gpuvalues.errors import PlanError
 from gpuvalues.catalog import GIB_PER_GB, get_gpu
-from gpuvalues.planners.mig.milp.model import ModelDemand, NodePool
+from gpuvalues.planners.mig.milp.model import ModelDemand, PlanPool
 from gpuvalues.planners.mig.replan import replan
 from gpuvalues.planners.mig.replan import CurrentLayout, CurrentNode
 
@@ -78,7 +78,7 @@ def case(seed):
 
 def run(seed):
     gpn, n_nodes, nodes, demands, slack, budget = case(seed)
-    pool = NodePool("p", "A30", gpn, n_nodes)
+    pool = PlanPool("p", "A30", gpn, n_nodes)
     cur = CurrentLayout(tuple(CurrentNode(f"n{i}", "p", f"c{i}", tuple(dict(g) for g in n), pods=i)
                               for i, n in enumerate(nodes)))
     dem = [ModelDemand(f"m{j}", replicas=r, memory_gb=m) for j, (r, m) in enumerate(demands)]
@@ -121,7 +121,7 @@ def test_oracle_can_disagree():
 def test_no_change_when_the_current_layout_still_serves():
     cur = CurrentLayout((CurrentNode("a", "p", "all-1g", ({"1g.6gb": 4},), pods=4),
                          CurrentNode("b", "p", "all-4g", ({"4g.24gb": 1},), pods=1)))
-    r = replan([ModelDemand("m", replicas=3, memory_gb=5)], [NodePool("p", "A30", 1, 2)], cur)
+    r = replan([ModelDemand("m", replicas=3, memory_gb=5)], [PlanPool("p", "A30", 1, 2)], cur)
     assert r.nodes_changed == () and r.pods_displaced == 0 and r.gpus_used == 1
 
 
@@ -129,14 +129,14 @@ def test_budget_error_names_the_budget():
     cur = CurrentLayout((CurrentNode("a", "p", "all-1g", ({"1g.6gb": 4},), pods=4),
                          CurrentNode("b", "p", "all-1g", ({"1g.6gb": 4},), pods=4)))
     with pytest.raises(PlanError, match=r"drain budget \(--max-node-changes 0\).*at least 2 node changes"):
-        replan([ModelDemand("m", replicas=2, memory_gb=20)], [NodePool("p", "A30", 1, 2)], cur, max_node_changes=0)
+        replan([ModelDemand("m", replicas=2, memory_gb=20)], [PlanPool("p", "A30", 1, 2)], cur, max_node_changes=0)
 
 
 def test_pods_displaced_counts_the_changed_nodes():
     cur = CurrentLayout((CurrentNode("a", "p", "all-1g", ({"1g.6gb": 4},), pods=3),
                          CurrentNode("b", "p", "all-1g", ({"1g.6gb": 4},), pods=1)))
     r = replan([ModelDemand("m", replicas=1, memory_gb=20), ModelDemand("s", replicas=2, memory_gb=5)],
-               [NodePool("p", "A30", 1, 2)], cur)
+               [PlanPool("p", "A30", 1, 2)], cur)
     # one node must become 4g.24gb: the one with fewer pods (b)
     assert r.nodes_changed == ("b",) and r.pods_displaced == 1 and not r.pods_estimated
 
@@ -149,6 +149,6 @@ def test_two_pools_change_only_where_needed():
     dem = [ModelDemand("s", replicas=4, memory_gb=5, pools=("a",)),
            ModelDemand("big", replicas=1, memory_gb=20, pools=("a",)),
            ModelDemand("huge", replicas=1, memory_gb=70, pools=("b",))]
-    r = replan(dem, [NodePool("a", "A30", 1, 2), NodePool("b", "A100-80GB", 1, 1)], cur)
+    r = replan(dem, [PlanPool("a", "A30", 1, 2), PlanPool("b", "A100-80GB", 1, 1)], cur)
     assert r.nodes_changed == ("a2",) and r.changes_by_pool == {"a": 1} and r.pods_displaced == 1
     assert r.node_configs["b1"] == "b-7g" and r.gpus_used == 3

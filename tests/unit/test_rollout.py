@@ -81,13 +81,13 @@ def test_selector_semantics(selector, labels, want):
 
 def test_changes_from_replan_and_dry_run_text(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("KUBECONFIG", raising=False)   # a dry run without a cluster: no pods read
-    from gpuvalues.planners.mig.milp.model import ModelDemand, NodePool
+    from gpuvalues.planners.mig.milp.model import ModelDemand, PlanPool
     from gpuvalues.planners.mig.replan import replan
     from gpuvalues.planners.mig.replan import CurrentLayout, CurrentNode
     cur = CurrentLayout((CurrentNode("a", "p", "all-7g", ({"7g.80gb": 1},), pods=1),
                          CurrentNode("b", "p", "all-7g", ({"7g.80gb": 1},), pods=1)))
     r = replan([ModelDemand("m", replicas=3, memory_gb=8), ModelDemand("big", replicas=1, memory_gb=60)],
-               [NodePool("p", "A100-80GB", 1, 2)], cur)
+               [PlanPool("p", "A100-80GB", 1, 2)], cur)
     changes = rollout.changes_from_replan(json.loads(json.dumps(r.to_dict())))
     assert [c.node for c in changes] == list(r.nodes_changed) and len(changes) == 1
     (c,) = changes

@@ -39,3 +39,16 @@ def test_the_committed_ratchet_reads_and_names_real_files():
     assert ceilings and all(n > 0 for n in ceilings.values())
     missing = [f for f in ceilings if not (ROOT / f).is_file()]
     assert not missing, f"ci/mypy-ratchet.txt names files that do not exist: {missing}"
+
+
+def test_strict_files_fail_on_any_error_and_may_not_be_ratcheted():
+    """STRICT (the base and catalog files at 0) admits no error and no ratchet entry; a file
+    outside it still gets its ceiling (negative control)."""
+    assert typecheck.strict("gpuvalues/errors.py") and typecheck.strict("gpuvalues/catalog/__init__.py")
+    assert not typecheck.strict("gpuvalues/operations/rollout.py")
+    worse, _ = typecheck.compare({"gpuvalues/catalog/__init__.py": 1, "gpuvalues/io/files.py": 3},
+                                 {"gpuvalues/io/files.py": 3})
+    assert worse == ["gpuvalues/catalog/__init__.py: 1 strict-mode errors, the ratchet allows 0"]
+    worse, _ = typecheck.compare({}, {"gpuvalues/kube.py": 2})
+    assert worse == ["gpuvalues/kube.py: strict (ci/typecheck.py STRICT), so ci/mypy-ratchet.txt may not list it"]
+    assert not [f for f in typecheck.read_ratchet() if typecheck.strict(f)]

@@ -296,11 +296,18 @@ The header every node DaemonSet shares, from `apiVersion` down to the pod spec's
 Args: dict root, component, serviceAccount (component whose ServiceAccount the pods use),
 annotations (pod template annotations, e.g. config checksums), shareProcessNamespace
 (config-manager signals the main process), podSpec (extra pod spec fields, e.g. nodeSelector),
-optOut, require and allNodes (nodePlacement's), appLabel (a pod label `app`, not in the selector).
+optOut, require and allNodes (nodePlacement's), appLabel (a pod label `app`, not in the selector),
+values (the component's own settings, $defs/daemonSetSettings: updateStrategy, priorityClassName,
+runtimeClassName, podAnnotations (the chart's checksums win), nodeSelector (the caller's win)).
 */}}
 {{- define "gpu-inference.platform.daemonSetHeader" -}}
 {{- $ctx := dict "root" .root "component" .component -}}
 {{- $sa := dict "root" .root "component" (default .component .serviceAccount) -}}
+{{- $v := default dict .values -}}
+{{- $annotations := merge (deepCopy (default dict .annotations)) (default dict $v.podAnnotations) -}}
+{{- $podSpec := deepCopy (default dict .podSpec) -}}
+{{- $nodeSelector := merge (default dict $podSpec.nodeSelector) (default dict $v.nodeSelector) -}}
+{{- if $nodeSelector }}{{ $_ := set $podSpec "nodeSelector" $nodeSelector }}{{ end -}}
 apiVersion: apps/v1
 kind: DaemonSet
 metadata:
@@ -313,7 +320,7 @@ spec:
     matchLabels:
       {{- include "gpu-inference.platform.selectorLabels" $ctx | nindent 6 }}
   updateStrategy:
-    type: RollingUpdate
+    {{- toYaml (default (dict "type" "RollingUpdate") $v.updateStrategy) | nindent 4 }}
   template:
     metadata:
       labels:
@@ -322,17 +329,22 @@ spec:
         {{- /* the pod label mig-manager waits on (reconfigure.go waitForPodsToBeDeleted) */}}
         app: {{ . }}
         {{- end }}
-      {{- with .annotations }}
+      {{- with $annotations }}
       annotations:
         {{- toYaml . | nindent 8 }}
       {{- end }}
     spec:
-      priorityClassName: {{ .root.Values.platform.devicePlugin.priorityClassName }}
+      {{- with $v.priorityClassName }}
+      priorityClassName: {{ . }}
+      {{- end }}
+      {{- with $v.runtimeClassName }}
+      runtimeClassName: {{ . }}
+      {{- end }}
       serviceAccountName: {{ include "gpu-inference.platform.fullname" $sa }}
       {{- if .shareProcessNamespace }}
       shareProcessNamespace: true
       {{- end }}
-      {{- with .podSpec }}
+      {{- with $podSpec }}
       {{- toYaml . | nindent 6 }}
       {{- end }}
       {{- include "gpu-inference.platform.nodePlacement" (dict "root" .root "optOut" .optOut "require" .require "allNodes" .allNodes) | nindent 6 }}

@@ -20,7 +20,7 @@ component `remediation`.
     "holdDownSeconds" $r.holdDownSeconds "drain" $r.drain "resetLabel" $r.resetLabel
     "breakerMaxNodes" $r.breakerMaxNodes "breakerMaxPercent" $r.breakerMaxPercent
     "maxNewQuarantinesPerSync" $r.maxNewQuarantinesPerSync "evictionsPerMinute" $r.evictionsPerMinute
-    "criticalXids" $r.criticalXids "window" $r.window "nodeLabel" $r.nodeLabel "conditions" $r.conditions
+    "criticalXids" ($r.criticalXids | default .Values.platform.alerts.criticalXids) "window" $r.window "nodeLabel" $r.nodeLabel "conditions" $r.conditions
     "ignoredTaints" $r.ignoredTaints "signals" $r.signals "drainTimeoutSeconds" $r.drainTimeoutSeconds
     "breakerPoolLabel" $r.breakerPoolLabel "flapWindowSeconds" $r.flapWindowSeconds
     "flapMaxQuarantines" $r.flapMaxQuarantines "nodeSelector" $r.nodeSelector

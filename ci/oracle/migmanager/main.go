@@ -51,6 +51,19 @@ func main() {
 	_ = enc.Encode(out)
 }
 
+// notCapable is the check apply/mode.go ApplyMigMode and apply/config.go ApplyMigConfig both
+// open with (written twice upstream, once here): for a GPU that is not MIG-capable, done is
+// true, with an error when the entry enables MIG on it (what names the step in the message).
+func notCapable(mc *v1.MigConfigSpec, capable bool, what string) (done bool, err error) {
+	if capable {
+		return false, nil
+	}
+	if mc.MatchesAllDevices() || !mc.MigEnabled {
+		return true, nil
+	}
+	return true, fmt.Errorf("cannot set %s on non MIG-capable GPU", what)
+}
+
 // walk is WalkSelectedMigConfigForEachGPU's loop (cmd/nvidia-mig-parted/assert/assert.go)
 // over the request's GPUs.
 func walk(migConfig v1.MigConfigSpecSlice, ids []types.DeviceID, f func(*v1.MigConfigSpec, int) error) error {
@@ -96,15 +109,8 @@ func run() (map[string]interface{}, error) {
 	gpus := req.GPUs
 	// apply/mode.go ApplyMigMode
 	err = walk(migConfig, ids, func(mc *v1.MigConfigSpec, i int) error {
-		capable := gpus[i].MigCapable
-		if !capable && mc.MatchesAllDevices() {
-			return nil
-		}
-		if !capable && !mc.MigEnabled {
-			return nil
-		}
-		if !capable && mc.MigEnabled {
-			return fmt.Errorf("cannot set MIG mode on non MIG-capable GPU")
+		if done, err := notCapable(mc, gpus[i].MigCapable, "MIG mode"); done {
+			return err
 		}
 		if gpus[i].MigEnabled != mc.MigEnabled {
 			gpus[i].MigEnabled = mc.MigEnabled
@@ -117,15 +123,8 @@ func run() (map[string]interface{}, error) {
 	}
 	// apply/config.go ApplyMigConfig
 	err = walk(migConfig, ids, func(mc *v1.MigConfigSpec, i int) error {
-		capable := gpus[i].MigCapable
-		if !capable && mc.MatchesAllDevices() {
-			return nil
-		}
-		if !capable && !mc.MigEnabled {
-			return nil
-		}
-		if !capable && mc.MigEnabled {
-			return fmt.Errorf("cannot set MIG config on non MIG-capable GPU")
+		if done, err := notCapable(mc, gpus[i].MigCapable, "MIG config"); done {
+			return err
 		}
 		if mc.MigEnabled && !gpus[i].MigEnabled {
 			return fmt.Errorf("unable to apply MIG config with MIG mode disabled")

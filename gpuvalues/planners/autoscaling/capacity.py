@@ -89,35 +89,36 @@ def _gpu_metric(gpu_mode: str, utilization: float) -> MetricChoice:
                         percent * 1000, "percent 0-100", "dcgm")
 
 
+# server type -> (its load metric, default target per pod, why it scales, the target's unit)
+_SERVER_METRICS = {
+    "vllm": (VLLM_WAITING, 5.0,
+             "vLLM: requests waiting for a batch slot rise as soon as a replica is saturated, "
+             "while GPU utilisation sits near 100% under continuous batching at any load "
+             "(llm-d autoscaling docs, GKE inference best practices). Pair it with "
+             "vllm:num_requests_running (plan_capacity's companion metric): the waiting queue is "
+             "0 whenever capacity suffices, so on its own it saws between minReplicas and overload.",
+             "requests waiting per pod"),
+    "triton": (TRITON_QUEUE, 50_000.0,
+               "Triton: the average time a request waits in the queue (the rate of "
+               "nv_inference_queue_duration_us over the rate of nv_inference_request_success, "
+               "in microseconds) grows as soon as the model instances are saturated, unlike GPU "
+               "utilisation under dynamic batching.",
+               "microseconds queued per request"),
+}
+
+
 def _server_metric(server_type: str, queue_target: float | None, server_metric: str | None) -> MetricChoice:
-    if server_type == "vllm":
-        milli = int(round((queue_target if queue_target is not None else 5.0) * 1000))
-        return MetricChoice(
-            VLLM_WAITING, format_milli(milli), "Pods",
-            "vLLM: requests waiting for a batch slot rise as soon as a replica is saturated, "
-            "while GPU utilisation sits near 100% under continuous batching at any load "
-            "(llm-d autoscaling docs, GKE inference best practices). Pair it with "
-            "vllm:num_requests_running (plan_capacity's companion metric): the waiting queue is "
-            "0 whenever capacity suffices, so on its own it saws between minReplicas and overload.",
-            milli, "requests waiting per pod", "server")
-    if server_type == "triton":
-        milli = int(round((queue_target if queue_target is not None else 50_000.0) * 1000))
-        return MetricChoice(
-            TRITON_QUEUE, format_milli(milli), "Pods",
-            "Triton: the average time a request waits in the queue (the rate of "
-            "nv_inference_queue_duration_us over the rate of nv_inference_request_success, "
-            "in microseconds) grows as soon as the model instances are saturated, unlike GPU "
-            "utilisation under dynamic batching.",
-            milli, "microseconds queued per request", "server")
-    if server_metric:
-        milli = int(round((queue_target if queue_target is not None else 1.0) * 1000))
-        return MetricChoice(
-            server_metric, format_milli(milli), "Pods",
-            f"custom server: scaling on its own load metric {server_metric}.",
-            milli, "server metric per pod", "server")
-    raise CapacityError("a custom server has no known load metric: set server_metric (the "
-                        "Prometheus series of its queue depth or in-flight requests)",
-                        field="server_metric")
+    if server_type in _SERVER_METRICS:
+        metric, default, why, unit = _SERVER_METRICS[server_type]
+    elif server_metric:
+        metric, default, why, unit = (server_metric, 1.0, f"custom server: scaling on its own load metric "
+                                      f"{server_metric}.", "server metric per pod")
+    else:
+        raise CapacityError("a custom server has no known load metric: set server_metric (the "
+                            "Prometheus series of its queue depth or in-flight requests)",
+                            field="server_metric")
+    milli = int(round((queue_target if queue_target is not None else default) * 1000))
+    return MetricChoice(metric, format_milli(milli), "Pods", why, milli, unit, "server")
 
 
 def choose_metric(gpu_mode: str, server_type: str, *, prefer: str = "auto",

@@ -6,11 +6,11 @@ slices; instances must not overlap; per-profile `max_instances` and group limits
 one media-extension `+me` instance) hold; compute slices add up to at most the GPU's.
 
 Public API:
-- `place(gpu, profiles)` -> list of `Placement(profile, start)` sorted by start, or
+- `place(gpu, profiles)` -> list of `InstancePlacement(profile, start)` sorted by start, or
   `MigLayoutError` saying which instance has no start left and why.
 - `can_place(gpu, profiles)` -> bool.
-- `enumerate_layouts(gpu, maximal=True, profiles=None)` -> list of `Layout`.
-- `Layout` (frozen): `counts`, `placements`, `used_slots`, `free_slots`, `picture()`.
+- `enumerate_layouts(gpu, maximal=True, profiles=None)` -> list of `GpuLayout`.
+- `GpuLayout` (frozen): `counts`, `placements`, `used_slots`, `free_slots`, `picture()`.
 - `layouts_svg(layouts)` -> an SVG drawing of layouts (slots on the x axis).
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from gpuvalues.catalog import GpuModel, MigProfile, get_gpu
 from gpuvalues.errors import CatalogError, MigLayoutError
 
 
-class Placement(NamedTuple):
+class InstancePlacement(NamedTuple):
     """One GPU instance: `profile` name and its first memory slice `start`."""
 
     profile: str
@@ -131,7 +131,7 @@ def _order(gpu: GpuModel, counts: Counter) -> list[MigProfile]:
 
 
 @functools.lru_cache(maxsize=65536)
-def _place_cached(gpu_name: str, key: tuple[tuple[str, int], ...]) -> tuple[Placement, ...]:
+def _place_cached(gpu_name: str, key: tuple[tuple[str, int], ...]) -> tuple[InstancePlacement, ...]:
     gpu = get_gpu(gpu_name)
     counts = Counter(dict(key))
     _check_counts(gpu, counts)
@@ -140,7 +140,7 @@ def _place_cached(gpu_name: str, key: tuple[tuple[str, int], ...]) -> tuple[Plac
     if found is None:
         raise MigLayoutError(_explain(gpu, profs, best))
     _check_compute(gpu, counts)
-    return tuple(sorted((Placement(p.name, s) for p, s in zip(profs, found)), key=lambda x: x.start))
+    return tuple(sorted((InstancePlacement(p.name, s) for p, s in zip(profs, found)), key=lambda x: x.start))
 
 
 def _explain(gpu: GpuModel, profs: Sequence[MigProfile], best: Sequence[int]) -> str:
@@ -162,11 +162,11 @@ def _explain(gpu: GpuModel, profs: Sequence[MigProfile], best: Sequence[int]) ->
     return f"cannot place these profiles on {gpu.name}: {msg}. Drop or shrink an instance, e.g. use smaller profiles"
 
 
-def place(gpu: str | GpuModel, profiles: Iterable[str] | Mapping[str, int]) -> list[Placement]:
+def place(gpu: str | GpuModel, profiles: Iterable[str] | Mapping[str, int]) -> list[InstancePlacement]:
     """Place MIG instances on one GPU.
 
     `profiles` is a list of profile names (repeats allowed) or a mapping name -> count.
-    Returns `Placement(profile, start)` items sorted by start slot; raises `MigLayoutError`
+    Returns `InstancePlacement(profile, start)` items sorted by start slot; raises `MigLayoutError`
     for an unknown profile, a count over the per-profile or group maximum, or instances
     that cannot all get an allowed, non-overlapping start.
     """
@@ -186,11 +186,11 @@ def can_place(gpu: str | GpuModel, profiles: Iterable[str] | Mapping[str, int]) 
 
 
 @dataclass(frozen=True)
-class Layout:
+class GpuLayout:
     """A valid MIG layout of one GPU: instances at concrete start slots."""
 
     gpu: str
-    placements: tuple[Placement, ...]
+    placements: tuple[InstancePlacement, ...]
 
     @property
     def counts(self) -> dict[str, int]:
@@ -230,7 +230,7 @@ class Layout:
         return layout_picture(self, labels)
 
 
-def layout_picture(layout: Layout, labels: Mapping[int, str] | None = None) -> str:
+def layout_picture(layout: GpuLayout, labels: Mapping[int, str] | None = None) -> str:
     """ASCII picture: a slot ruler and one box per instance (`.` marks a free slot)."""
     gpu = get_gpu(layout.gpu)
     n = gpu.mig.memory_slices
@@ -252,7 +252,7 @@ def layout_picture(layout: Layout, labels: Mapping[int, str] | None = None) -> s
 
 
 @functools.lru_cache(maxsize=256)
-def _enumerate(gpu_name: str, allowed: tuple[str, ...], maximal: bool) -> tuple[Layout, ...]:
+def _enumerate(gpu_name: str, allowed: tuple[str, ...], maximal: bool) -> tuple[GpuLayout, ...]:
     gpu = get_gpu(gpu_name)
     names = list(allowed)
     feasible: list[tuple[tuple[str, int], ...]] = []
@@ -286,17 +286,17 @@ def _enumerate(gpu_name: str, allowed: tuple[str, ...], maximal: bool) -> tuple[
         counts = dict(key)
         if maximal and any(ok({**counts, p: counts.get(p, 0) + 1}) for p in names):
             continue
-        result.append(Layout(gpu_name, _place_cached(gpu_name, key)))
+        result.append(GpuLayout(gpu_name, _place_cached(gpu_name, key)))
     # Largest instances first, then by label, so output is stable.
     result.sort(key=lambda L: (sorted((-gpu.profile(p.profile).memory_slices for p in L.placements)), L.label()))
     return tuple(result)
 
 
 def enumerate_layouts(gpu: str | GpuModel, maximal: bool = True,
-                      profiles: Iterable[str] | None = None) -> list[Layout]:
+                      profiles: Iterable[str] | None = None) -> list[GpuLayout]:
     """All valid layouts of `gpu` over `profiles` (default: all its profiles).
 
-    One `Layout` per distinct multiset of profiles (with a canonical placement). With
+    One `GpuLayout` per distinct multiset of profiles (with a canonical placement). With
     `maximal=True` only layouts to which no further instance of an allowed profile can be
     added are returned. Raises `MigLayoutError` if the GPU has no MIG or a profile is unknown.
     """

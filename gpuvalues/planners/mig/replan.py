@@ -286,7 +286,7 @@ def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node
     return status, value, sol, cols, cur_keys, cert
 
 
-def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.NodePool], current: CurrentLayout, *,
+def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.PlanPool], current: CurrentLayout, *,
            gpu_slack: int = 0, max_node_changes: int | None = None, max_unavailable_per_pool: int | None = None,
            time_limit: float = 30.0) -> Replan:
     """Re-plan with the fewest GPUs (within `gpu_slack`), then the fewest node reconfigurations."""
@@ -423,7 +423,7 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
                 continue
             if mode == "mig":
                 placements = tuple(mig.place(gpu, dict(key)))
-                layouts[key] = mig.Layout(gpu.name, placements)
+                layouts[key] = mig.GpuLayout(gpu.name, placements)
                 slots = [(pl.profile, pl.start) for pl in placements]
             else:
                 (it, nn), = key
@@ -484,7 +484,7 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
                          if node_configs.get(nd.name) is not None)
         for name, n in unlisted.get(pool.name, {}).items():
             ncount[(name,)] += n
-        ngroups = tuple(milp.NodeGroup(pool.name, name, cnt, tuple(
+        ngroups = tuple(milp.NodeConfigGroup(pool.name, name, cnt, tuple(
             None if d is None else tuple(sorted(d.items())) for d in node_cfg.get(name, [None] * pool.gpus_per_node)))
             for (name,), cnt in sorted(ncount.items()))
         for (name,), _ in ncount.items():

@@ -1,4 +1,4 @@
-"""The MILP planner's model: its inputs (`ModelDemand`, `NodePool`), its answer (`Plan`), the
+"""The MILP planner's model: its inputs (`ModelDemand`, `PlanPool`: a planner pool, not the spec's `fleet.spec.NodePool`), its answer (`Plan`), the
 configuration ILP's columns and weights (`build_model`), and how a solution maps to GPUs and
 nodes (`assign_runs`, `chunk_nodes`, `spare_instances`). The package: `highs` (the one HiGHS
 adapter: solver I/O), `certify`, `solve`, `diagnose`, `plan` (the entry points); the re-planner
@@ -35,7 +35,7 @@ in `milp.certify`):
   name (`"1g.10gb"`), `"gpu"` (whole GPU), `"shared"` (one time-slicing/MPS slot), each
   optionally qualified by GPU (`"H100-80GB-SXM/1g.10gb"`; the qualified key wins).
   With `throughput` set, only instance types with a throughput entry are used.
-- `NodePool(name, gpu, gpus_per_node=8, nodes=1, mig_enabled=True, sharing=None,
+- `PlanPool(name, gpu, gpus_per_node=8, nodes=1, mig_enabled=True, sharing=None,
   sharing_replicas=None, price_per_gpu=None)`.
 - `plan(demands, pools, *, objective="gpus"|"cost", prices=None, baselines=True,
   time_limit=30.0, gap_tolerance=0.0)` -> `Plan`; raises `PlanError` saying which model, pool
@@ -46,7 +46,7 @@ in `milp.certify`):
 - `replan(demands, pools, current, *, gpu_slack=0, max_node_changes=None,
   max_unavailable_per_pool=None, time_limit=30.0)` -> `replan.Replan`: fewest GPUs, then
   fewest node reconfigurations against the current layout (`gpuvalues.planners.mig.replan`).
-  `prices` maps a GPU model (any alias) to a price per GPU; `NodePool.price_per_gpu` wins.
+  `prices` maps a GPU model (any alias) to a price per GPU; `PlanPool.price_per_gpu` wins.
 - `certify(lp, solution, claimed=, dual_bound=, lp_bound=)` -> `Certificate` (objective, bound,
   optimal, gap) or None; `run_highs` applies it to every MIP, the plan's and the re-plan's.
 - `Plan.to_dict()` (for JSON/YAML), `Plan.mig_parted_config`, `Plan.node_labels`,
@@ -55,7 +55,7 @@ in `milp.certify`):
 
 `Plan.node_labels` maps a node-config name to the labels its nodes need
 (`nvidia.com/mig.config` selects the mig-parted config of that name; `nvidia.com/device-plugin.config`
-selects `Plan.device_plugin_configs[<pool>]`). `PoolPlan.node_groups` says how many nodes get each.
+selects `Plan.device_plugin_configs[<pool>]`). `PoolPlan.node_groups` (`NodeConfigGroup`s) says how many nodes get each.
 """
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ class ModelDemand:
 
 
 @dataclass(frozen=True)
-class NodePool:
+class PlanPool:
     """A group of identical nodes: `nodes` x `gpus_per_node` GPUs of model `gpu`."""
 
     name: str
@@ -123,7 +123,7 @@ class GpuGroup:
     """`count` GPUs of one pool with the same layout and the same models on it."""
 
     pool: str
-    layout: mig.Layout | None
+    layout: mig.GpuLayout | None
     instances: tuple[Instance, ...]
     count: int
 
@@ -136,7 +136,7 @@ class GpuGroup:
 
 
 @dataclass(frozen=True)
-class NodeGroup:
+class NodeConfigGroup:
     """`count` nodes configured alike; `devices[i]` is the mig-devices of GPU i (None = MIG off/idle)."""
 
     pool: str
@@ -149,12 +149,12 @@ class NodeGroup:
 class PoolPlan:
     """One pool's part of a plan: GPU and node groups, spare instances and memory slices."""
 
-    pool: NodePool
+    pool: PlanPool
     mode: str  # mig | whole | time-slicing | mps
     gpus_used: int
     nodes_used: int
     gpu_groups: tuple[GpuGroup, ...]
-    node_groups: tuple[NodeGroup, ...]
+    node_groups: tuple[NodeConfigGroup, ...]
     spare_instances: Mapping[str, int]
     unused_memory_slices: int
     sharing_replicas: int | None = None
@@ -224,7 +224,7 @@ class Plan:
 
 # --------------------------------------------------------------------------- inputs
 
-def check_inputs(demands: Sequence[ModelDemand], pools: Sequence[NodePool]) -> None:
+def check_inputs(demands: Sequence[ModelDemand], pools: Sequence[PlanPool]) -> None:
     if not demands:
         raise PlanError("no models to plan for: give at least one model with replicas or throughput")
     if not pools:
@@ -291,7 +291,7 @@ def check_inputs(demands: Sequence[ModelDemand], pools: Sequence[NodePool]) -> N
                             "mig_enabled: false to share whole GPUs", field=f"pools.{p.name}.sharing")
 
 
-def pool_mode(pool: NodePool) -> str:
+def pool_mode(pool: PlanPool) -> str:
     gpu = get_gpu(pool.gpu)
     if pool.sharing:
         return pool.sharing
@@ -324,7 +324,7 @@ def need_gib(d: ModelDemand) -> float | None:
     return None if d.memory_gb is None else d.memory_gb * GIB_PER_GB
 
 
-def _shared_replicas(pool: NodePool, gpu: GpuModel, demands: Sequence[ModelDemand]) -> int:
+def _shared_replicas(pool: PlanPool, gpu: GpuModel, demands: Sequence[ModelDemand]) -> int:
     limit = deviceplugin.mps_max_clients(gpu) if pool.sharing == "mps" else None
     if pool.sharing_replicas is not None:
         r = pool.sharing_replicas
@@ -343,7 +343,7 @@ def _shared_replicas(pool: NodePool, gpu: GpuModel, demands: Sequence[ModelDeman
     return deviceplugin.replicas_per_gpu(gpu, max(needs), pool.sharing)
 
 
-def _itypes(pool: NodePool, demands: Sequence[ModelDemand], replicas: int | None) -> list[_IType]:
+def _itypes(pool: PlanPool, demands: Sequence[ModelDemand], replicas: int | None) -> list[_IType]:
     gpu = get_gpu(pool.gpu)
     mode = pool_mode(pool)
     if mode == "mig":
@@ -373,7 +373,7 @@ def _weight(d: ModelDemand, gpu: GpuModel, it: _IType) -> float | None:
 
 @dataclass
 class Model:
-    pools: list[NodePool]
+    pools: list[PlanPool]
     modes: list[str]
     shared_r: list[int | None]
     itypes: list[list[_IType]]
@@ -381,7 +381,7 @@ class Model:
     weights: dict[tuple[int, str, int], float]             # (pool, itype, model) -> weight
 
 
-def build_model(demands: Sequence[ModelDemand], pools: Sequence[NodePool], layout_rule: str) -> Model:
+def build_model(demands: Sequence[ModelDemand], pools: Sequence[PlanPool], layout_rule: str) -> Model:
     modes, shared_r, itypes, layouts = [], [], [], []
     weights: dict[tuple[int, str, int], float] = {}
     for k, pool in enumerate(pools):
@@ -442,7 +442,7 @@ def demand_need(d: ModelDemand) -> float:
     return float(d.replicas if d.replicas is not None else d.throughput)
 
 
-def pool_costs(pools: Sequence[NodePool], objective: str, prices: Mapping[str, float] | None) -> list[float]:
+def pool_costs(pools: Sequence[PlanPool], objective: str, prices: Mapping[str, float] | None) -> list[float]:
     if objective == "gpus":
         return [1.0] * len(pools)
     if objective != "cost":

@@ -14,7 +14,7 @@ from gpuvalues.planners import deviceplugin
 from gpuvalues.planners.mig import geometry as mig
 from gpuvalues.planners.mig import migparted
 from gpuvalues.planners.mig.milp.diagnose import diagnose_infeasible
-from gpuvalues.planners.mig.milp.model import Baseline, GpuGroup, Instance, Model, ModelDemand, NodeGroup, NodePool, Plan, PoolPlan, WHOLE, assign_runs, check_inputs, chunk_nodes, plan_warnings, pool_costs, pool_device_plugin_config, spare_instances, throughput_of
+from gpuvalues.planners.mig.milp.model import Baseline, GpuGroup, Instance, Model, ModelDemand, NodeConfigGroup, PlanPool, Plan, PoolPlan, WHOLE, assign_runs, check_inputs, chunk_nodes, plan_warnings, pool_costs, pool_device_plugin_config, spare_instances, throughput_of
 from gpuvalues.planners.mig.milp.solve import solution_values, solve_model, trim_solution
 
 
@@ -35,7 +35,7 @@ def _pool_plans(model: Model, demands, x, z) -> tuple[list[PoolPlan], dict, dict
                 queues[it].append([demands[m].name, v])
         counted: Counter = Counter()   # (layout key, instances) -> GPUs
         used_keys: list[tuple[Any, int]] = []
-        layouts: dict[Any, mig.Layout] = {}
+        layouts: dict[Any, mig.GpuLayout] = {}
         for li, key in enumerate(keys):
             cnt = x.get((k, li), 0)
             if not cnt:
@@ -43,7 +43,7 @@ def _pool_plans(model: Model, demands, x, z) -> tuple[list[PoolPlan], dict, dict
             used_keys.append((key, cnt))
             if mode == "mig":
                 placements = tuple(mig.place(gpu, dict(key)))   # once per layout, not per GPU
-                layouts[key] = mig.Layout(gpu.name, placements)
+                layouts[key] = mig.GpuLayout(gpu.name, placements)
                 slots = [(pl.profile, pl.start) for pl in placements]
             else:
                 (it, n), = key
@@ -68,7 +68,7 @@ def _pool_plans(model: Model, demands, x, z) -> tuple[list[PoolPlan], dict, dict
             name = name[:63].rstrip("-_.")
             while name in labels or (name != pool.name and name in pool_names):  # keep config names unique
                 name = f"{name[:58]}-x{idx + 1}"
-            ngroups.append(NodeGroup(pool.name, name, cnt, devs))
+            ngroups.append(NodeConfigGroup(pool.name, name, cnt, devs))
             if mode == "mig":
                 node_configs[name] = [dict(d) if d is not None else {} for d in devs]
                 labels[name] = {**migparted.node_labels(name), deviceplugin.CONFIG_LABEL: pool.name}
@@ -84,7 +84,7 @@ def _pool_plans(model: Model, demands, x, z) -> tuple[list[PoolPlan], dict, dict
     return pool_plans, node_configs, labels, dp_configs
 
 
-def plan(demands: Sequence[ModelDemand], pools: Sequence[NodePool], *, objective: str = "gpus",
+def plan(demands: Sequence[ModelDemand], pools: Sequence[PlanPool], *, objective: str = "gpus",
          prices: Mapping[str, float] | None = None, baselines: bool = True, time_limit: float = 30.0,
          gap_tolerance: float = 0.0) -> Plan:
     """The optimal plan: per-pool GPU layouts, model -> instance assignment, configs, bounds, baselines.
@@ -159,7 +159,7 @@ def _baselines(demands, pools, costs, deadline: float | None = None) -> list[Bas
             if rule == "whole":
                 # the whole GPU without MIG: a demand's "gpu" entry, else its full-profile entry
                 dem = [_whole_demand(d, pools) for d in demands]
-                bpools = [NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes, False, p.sharing, p.sharing_replicas,
+                bpools = [PlanPool(p.name, p.gpu, p.gpus_per_node, p.nodes, False, p.sharing, p.sharing_replicas,
                                    p.price_per_gpu) if not p.sharing else p for p in pools]
             model, res = solve_model(dem, bpools, costs, "optimal" if rule == "whole" else rule, left, with_bounds=False)
             if res is None:
@@ -186,7 +186,7 @@ def _baselines(demands, pools, costs, deadline: float | None = None) -> list[Bas
     return out
 
 
-def _pinned_memory_gb(d: ModelDemand, pools: Sequence[NodePool]) -> float | None:
+def _pinned_memory_gb(d: ModelDemand, pools: Sequence[PlanPool]) -> float | None:
     """A demand's memory need as the plan applies it: its own `memory_gb`, raised to the usable
     memory of the smallest profile it is pinned to (`allowed_profiles`) on the pools it may use."""
     if d.allowed_profiles is None:
@@ -204,7 +204,7 @@ def _pinned_memory_gb(d: ModelDemand, pools: Sequence[NodePool]) -> float | None
     return max(d.memory_gb or 0.0, min(held) / GIB_PER_GB)
 
 
-def _whole_demand(d: ModelDemand, pools: Sequence[NodePool]) -> ModelDemand:
+def _whole_demand(d: ModelDemand, pools: Sequence[PlanPool]) -> ModelDemand:
     if d.throughput is None:
         return d
     tpi = dict(d.throughput_per_instance)   # the demand keeps its pools: a baseline moves no model
@@ -234,7 +234,7 @@ def sharing_plan(demands: Sequence[ModelDemand], gpu: str, mode: str, *, gpus: i
         raise PlanError(f"mode must be time-slicing or mps, got {mode!r}", field="mode")
     if gpus < 1:
         raise PlanError("gpus must be >= 1", field="gpus")
-    pool = NodePool(name=f"{get_gpu(gpu).name.lower()}-{mode}", gpu=gpu, gpus_per_node=min(gpus_per_node, gpus),
+    pool = PlanPool(name=f"{get_gpu(gpu).name.lower()}-{mode}", gpu=gpu, gpus_per_node=min(gpus_per_node, gpus),
                     nodes=math.ceil(gpus / min(gpus_per_node, gpus)), mig_enabled=False, sharing=mode,
                     sharing_replicas=replicas, price_per_gpu=price_per_gpu)
     return plan(demands, [pool])
