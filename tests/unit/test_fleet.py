@@ -157,9 +157,9 @@ def test_mig_falls_back_to_a_proportional_split_when_the_peak_does_not_fit():
 def test_time_slicing_on_rtx_4090_is_renamed_and_keeps_the_product_label():
     fleet = fleet_of(EXAMPLES / "rtx4090-time-slicing.yaml")
     v = fleet.release("phi-mini").values
-    # 22.32 GiB usable / (5 GB = 4.66 GiB + 5%) = 4 replicas; vLLM gets 0.9 / 4 -> 0.22
+    # 22.32 GiB usable / (10 GB = 9.31 GiB + 5%) = 2 replicas; vLLM gets 0.9 / 2 -> 0.45
     assert v["gpu"] == {"mode": "shared", "count": 1,
-                        "shared": {"resourceName": "nvidia.com/gpu.shared", "memoryFraction": 0.22}}
+                        "shared": {"resourceName": "nvidia.com/gpu.shared", "memoryFraction": 0.45}}
     cfg = fleet.layout.device_plugin_configs["ts-4"]
     deviceplugin.validate_device_plugin_config(cfg, gpu="RTX-4090")
     ts = cfg["sharing"]["timeSlicing"]
@@ -334,7 +334,7 @@ def test_expected_nodes_for_the_fit_check():
     inv = expected_nodes(fleet)
     assert [n.name for n in inv.nodes] == ["rtx-001", "rtx-002", "rtx-003"]
     node = inv.nodes[0]
-    assert node.allocatable == {"nvidia.com/gpu.shared": 8}        # 2 GPUs x 4 replicas
+    assert node.allocatable == {"nvidia.com/gpu.shared": 4}        # 2 GPUs x 2 replicas
     assert node.labels["nvidia.com/gpu.product"] == "NVIDIA-GeForce-RTX-4090"
     assert node.labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
     fleet = fleet_of(EXAMPLES / "mixed-a100-h100-mig.yaml")
