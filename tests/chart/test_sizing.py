@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -146,3 +147,25 @@ def test_absolute_paths_and_repo_ids_render(helm_name):
     args = server(objects(helm_name, values))["container"]["args"]
     i = args.index("--lora-modules")
     assert args[i + 1:i + 3] == ["sql=/models/adapters/sql", "support=org/support-lora"]
+
+
+def test_huggingface_hub_reads_the_token_where_the_pod_mounts_it(tmp_path):
+    """The file the chart mounts and the HF_TOKEN_PATH it sets, replayed with the real
+    huggingface_hub (it reads HF_TOKEN_PATH at import: constants.py), in a child process
+    whose root for the mount is tmp_path."""
+    objs = objects("helm", values_of(TP8, "llama-405b-fp8"))
+    s = server(objs)
+    env = {e["name"]: e.get("value") for e in s["container"]["env"]}
+    (mount,) = [m for m in s["container"]["volumeMounts"] if m["name"] == "model-token"]
+    (vol,) = [v for v in s["pod"]["volumes"] if v["name"] == "model-token"]
+    (item,) = vol["secret"]["items"]
+    path = tmp_path / mount["mountPath"].lstrip("/") / item["path"]
+    path.parent.mkdir(parents=True)
+    path.write_text("hf_example_token\n")
+    assert env["HF_TOKEN_PATH"] == f"{mount['mountPath']}/{item['path']}"
+    code = "import huggingface_hub; print(huggingface_hub.get_token())"
+    for token_path, expected in ((str(path), "hf_example_token"), (str(tmp_path / "none"), "None")):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env={"HF_TOKEN_PATH": token_path, "HF_HOME": str(tmp_path / "home"),
+                                   "PATH": "/usr/bin:/bin"})
+        assert proc.stdout.strip() == expected, proc.stderr     # the second: a negative control

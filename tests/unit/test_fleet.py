@@ -160,16 +160,16 @@ def test_time_slicing_on_rtx_4090_is_renamed_and_keeps_the_product_label():
     # 22.32 GiB usable / (10 GB = 9.31 GiB + 5%) = 2 replicas; vLLM gets 0.9 / 2 -> 0.45
     assert v["gpu"] == {"mode": "shared", "count": 1,
                         "shared": {"resourceName": "nvidia.com/gpu.shared", "memoryFraction": 0.45}}
-    cfg = fleet.layout.device_plugin_configs["ts-4"]
+    cfg = fleet.layout.device_plugin_configs["ts-2"]
     deviceplugin.validate_device_plugin_config(cfg, gpu="RTX-4090")
     ts = cfg["sharing"]["timeSlicing"]
-    assert ts["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
+    assert ts["resources"] == [{"name": "nvidia.com/gpu", "replicas": 2}]
     assert ts["renameByDefault"] is True
     # renamed: GFD appends no -SHARED (k8s-device-plugin internal/lm/resource.go)
     assert v["gpuProducts"] == ["NVIDIA-GeForce-RTX-4090"]
     assert not v["autoscaling"]["metrics"][0]["name"].startswith("DCGM_")
     (g,) = fleet.layout.node_groups
-    assert (g.name, g.nodes, dict(g.labels)) == ("rtx", 3, {"nvidia.com/device-plugin.config": "ts-4",
+    assert (g.name, g.nodes, dict(g.labels)) == ("rtx", 3, {"nvidia.com/device-plugin.config": "ts-2",
                                                            "nvidia.com/gpu.topology": "PCIe"})
 
 
