@@ -17,11 +17,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpuvalues import yamlio
 from gpuvalues.catalog import GIB_PER_GB
 from gpuvalues.checks.rules import finding
 from gpuvalues.errors import Finding
 from gpuvalues.fleet.spec import DEFAULT_DTYPE, DTYPE_BYTES, weights_gb
+from gpuvalues.yamlio.loader import Loaded, format_path
 
 __all__ = ["KV_FLOOR_MIN_GB", "KV_FLOOR_FRACTION", "kv_floor_gb", "named_parameters_b",
            "is_hf_repo_id", "weight_findings"]
@@ -70,7 +70,7 @@ def _weights_text(w: dict[str, Any], weights: float) -> str:
             f"bytes, {dtype})")
 
 
-def weight_findings(data: dict[str, Any], loaded: yamlio.Loaded) -> list[Finding]:
+def weight_findings(data: dict[str, Any], loaded: Loaded) -> list[Finding]:
     """GV055, GV056 and GV057 over a schema-valid spec's workloads."""
     out: list[Finding] = []
     for i, w in enumerate(data["workloads"]):
@@ -108,14 +108,14 @@ def weight_findings(data: dict[str, Any], loaded: yamlio.Loaded) -> list[Finding
     return out
 
 
-def _lora_findings(w: dict[str, Any], at: tuple[Any, ...], loaded: yamlio.Loaded
+def _lora_findings(w: dict[str, Any], at: tuple[Any, ...], loaded: Loaded
                    ) -> list[Finding]:
     out: list[Finding] = []
     source = w.get("modelSource", {}).get("type", "download")
     mounted = bool(w.get("modelPvc")) or source in ("cache", "image")
     for j, adapter in enumerate(w.get("lora", ())):
         src = adapter["source"]
-        where = yamlio.format_path(at + ("lora", j, "source"))
+        where = format_path(at + ("lora", j, "source"))
         if src.startswith("/"):
             inside = src.startswith(MODEL_MOUNT + "/") and "/../" not in src + "/"
             if inside and mounted:

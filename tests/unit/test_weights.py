@@ -15,7 +15,7 @@ from gpuvalues.checks.spec import check_spec, spec_from_text
 from gpuvalues.errors import ValidationFailed
 from gpuvalues.fleet import build_fleet
 from gpuvalues.fleet.spec import DTYPE_BYTES, weights_gb
-from gpuvalues import yamlio
+from gpuvalues.yamlio.loader import load_text
 from tests.conftest import ROOT
 
 SCHEMA = json.loads((ROOT / "schemas" / "spec.schema.json").read_text())
@@ -31,7 +31,7 @@ def spec_text(pools: str = "{name: h100, gpu: H100-80GB-SXM, gpusPerNode: 8, nod
 
 
 def findings(text: str) -> list:
-    return check_spec(yamlio.load_text(text, "s.yaml"))
+    return check_spec(load_text(text, "s.yaml"))
 
 
 def codes(text: str, code: str) -> list:
