@@ -118,6 +118,10 @@ def workload_release(spec: Spec, wi: int, placement: Placement, layout: Layout,
         decisions.append(f"{w.name}: weights {w.weights_gb:g} GB ({w.parameters_b:g}B parameters "
                          f"x {DTYPE_BYTES[w.dtype or DEFAULT_DTYPE]:g} bytes, {w.dtype or DEFAULT_DTYPE}) "
                          "size the model volume and ephemeral storage")
+    src = w.model_source
+    if src is not None and src.token_secret:
+        decisions.append(f"{w.name}: the Hub token comes from Secret {src.token_secret} (key "
+                         f"{src.token_key}) in namespace {w.namespace}: create it before the install")
     # Host CPU and memory grow with the pod's GPUs (one vLLM worker process per GPU).
     values["resources"] = w.pod_resources(placement.count if placement.whole_gpus else 1)
     if w.lora:
