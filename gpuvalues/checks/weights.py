@@ -99,10 +99,13 @@ def weight_findings(data: dict[str, Any], loaded: Loaded) -> list[Finding]:
                 why = (f"{w['model']} names {named:g}B parameters" if named is not None
                        and named >= LARGE_PARAMETERS_B else
                        f"{max(w.get('gpus', 1), w.get('tensorParallel', 1))} GPUs per replica")
+                downloads = not w.get("modelPvc") and \
+                    w.get("modelSource", {}).get("type", "download") == "download"
                 out.append(finding(
-                    "GV056", f"{why} but the spec does not state the weights: the download "
-                    "volume and ephemeral storage keep the chart's default (64Gi, evicted when "
-                    "the download outgrows it) and memoryGB is not checked against them",
+                    "GV056", f"{why} but the spec does not state the weights: " + (
+                        "the download volume and ephemeral storage keep the chart's default "
+                        "(64Gi, evicted when the download outgrows it) and " if downloads else
+                        "") + "memoryGB is not checked against them",
                     f"{where}.model", loaded=loaded, at=at + ("model",), severity="warning"))
         out += _lora_findings(w, at, loaded)
     return out

@@ -233,3 +233,9 @@ def test_every_gated_example_names_a_token_secret():
             src = w.get("modelSource", {})
             if w["model"].startswith(gated) and src.get("type") != "streamer":
                 assert src.get("token", {}).get("secretName"), (f.name, w["name"])
+
+
+def test_the_warning_names_the_download_volume_only_when_the_model_downloads():
+    (dl,) = codes(spec_text(model="meta-llama/Llama-3.1-70B-Instruct"), "GV056")
+    (pvc,) = codes(spec_text(model="meta-llama/Llama-3.1-70B-Instruct", modelPvc="weights"), "GV056")
+    assert "64Gi" in dl.message and "64Gi" not in pvc.message and "memoryGB" in pvc.message
