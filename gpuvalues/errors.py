@@ -218,6 +218,15 @@ CODES = {
               "re-plan against the current cluster, or remove a malformed rollout state annotation"),
     "GV049": ("a rollout stopped: mig-manager failed or a wave timed out",
               "see the node's Events and mig-manager's logs, fix, then rerun (it resumes)"),
+    "GV055": ("a replica's memory below its weights plus the KV-cache floor",
+              "raise memoryGB to at least the weights + max(1 GB, 10%) (docs/serving.md), or "
+              "correct modelSizeGB / parameters / dtype"),
+    "GV056": ("a large model whose weights the spec does not state (warning)",
+              "give modelSizeGB, or parameters and dtype: they size the download volume, "
+              "ephemeral storage and the memory check"),
+    "GV057": ("a LoRA adapter source vLLM cannot load",
+              "give a Hugging Face repo id, or an absolute path under /models in the model's "
+              "claim (modelPvc or modelSource cache/image); object storage URLs are not loaded"),
     "GV075": ("a topology too irregular to analyse within gpuvalues' search bound",
               "check the `nvidia-smi topo -m` output: real NVLink graphs are a few cliques"),
     "GV100": ("bad input", "fix the value the message names"),

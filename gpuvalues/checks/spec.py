@@ -12,6 +12,7 @@ from gpuvalues.yamlio.inputs import MAX_INPUT_BYTES, resolve_reference
 from gpuvalues.yamlio.loader import Loaded, expect_mapping, format_path, load_text, load_yaml
 from gpuvalues.kube import unsupported_kube_version
 from gpuvalues.checks.rules import SPEC_SCHEMA, check_schema, finding, yaml_findings
+from gpuvalues.checks.weights import weight_findings
 from gpuvalues.errors import Finding, ValidationFailed, errors_only
 from gpuvalues.fleet.spec import Spec, from_data
 
@@ -61,6 +62,7 @@ def cross_field_findings(data: dict, loaded: Loaded) -> list[Finding]:
             out.append(finding("GV000", why, "kubernetesVersion", loaded=loaded,
                                at=("kubernetesVersion",), hint="target a version listed"))
     out += reference_findings(data, loaded)
+    out += weight_findings(data, loaded)
     a = data.get("autoscaling", {})
     if "minReplicas" in a and "maxReplicas" in a and a["minReplicas"] > a["maxReplicas"]:
         out.append(finding("GV011", f"minReplicas {a['minReplicas']} > maxReplicas "

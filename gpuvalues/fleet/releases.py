@@ -17,7 +17,7 @@ from gpuvalues.errors import Finding, SpecError
 from gpuvalues.fleet import producers, sizing
 from gpuvalues.fleet.layout import DEFAULT_DEVICE_PLUGIN_CONFIG, Layout
 from gpuvalues.fleet.placement import Placement, spec_error
-from gpuvalues.fleet.spec import Spec
+from gpuvalues.fleet.spec import DEFAULT_DTYPE, DTYPE_BYTES, Spec
 from gpuvalues.planners import deviceplugin
 from gpuvalues.planners.scheduling import topology
 from gpuvalues.yamlio.loader import format_path
@@ -114,7 +114,18 @@ def workload_release(spec: Spec, wi: int, placement: Placement, layout: Layout,
             gpu_values["shared"]["memoryFraction"] = math.floor(90 / placement.replicas_per_gpu) / 100
     model = _model_values(spec, wi)
     values: dict = {"server": server, "model": model, "gpu": gpu_values}
+    if w.weights_gb and not w.model_size_gb:
+        decisions.append(f"{w.name}: weights {w.weights_gb:g} GB ({w.parameters_b:g}B parameters "
+                         f"x {DTYPE_BYTES[w.dtype or DEFAULT_DTYPE]:g} bytes, {w.dtype or DEFAULT_DTYPE}) "
+                         "size the model volume and ephemeral storage")
+    src = w.model_source
+    if src is not None and src.token_secret:
+        decisions.append(f"{w.name}: the Hub token comes from Secret {src.token_secret} (key "
+                         f"{src.token_key}) in namespace {w.namespace}: create it before the install")
+    # Host CPU and memory grow with the pod's GPUs (one vLLM worker process per GPU).
+    values["resources"] = w.pod_resources(placement.count if placement.whole_gpus else 1)
     if w.lora:
+        # --max-loras follows the adapters in the chart (lora.maxLoras: null)
         values["lora"] = {"adapters": [{"name": n, "source": s} for n, s in w.lora]}
     if spec.gateway and w.server == "vllm":
         ref = {"name": spec.gateway.name}
@@ -176,9 +187,12 @@ def _model_values(spec: Spec, wi: int) -> dict:
     download volume and the ephemeral-storage limit."""
     w = spec.workloads[wi]
     model: dict = {"name": w.model}
-    if w.model_size_gb:
-        model["sizeGB"] = w.model_size_gb
+    if w.weights_gb:
+        model["sizeGB"] = round(w.weights_gb, 2)
     src = w.model_source
+    if src is not None and src.token_secret:
+        model["token"] = {"secretName": src.token_secret, "secretKey": src.token_key,
+                          "mountAs": src.token_mount_as}
     if w.model_pvc:
         model.update({"source": "pvc", "pvc": {"claimName": w.model_pvc}})
     elif src is None or src.type == "download":

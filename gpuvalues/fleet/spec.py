@@ -6,6 +6,7 @@ only the model, so the fleet builder depends on nothing above it.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,39 @@ SHARING_MODES = ("auto", "whole", "mig", "time-slicing", "mps", "dra")
 POOL_LABEL = "gpu-inference.io/node-pool"
 GROUP_LABEL = "gpu-inference.io/node-group"
 NFD_MODES = ("deploy", "present")
+
+# Bytes per parameter of a checkpoint's weights (`dtype`). 16- and 32-bit: the element size
+# of the torch dtype vLLM loads (`--dtype`: vllm/config/model.py _STR_DTYPE_TO_TORCH_DTYPE;
+# torch.bfloat16.itemsize == 2); fp8 (float8_e4m3fn, vLLM `--quantization fp8`) and int8
+# (W8A8) one byte; 4-bit formats half a byte plus their block scales: int4 (GPTQ/AWQ,
+# group size 128, an fp16 scale per group: vllm/model_executor/layers/quantization/gptq.py),
+# nvfp4 / fp4 (an fp8 scale per 16 values: vLLM's modelopt NVFP4) and mxfp4 (an 8-bit scale
+# per 32 values: the OCP Microscaling spec). Hugging Face accelerate's `estimate-memory`
+# counts 4, 2, 1 and 0.5 bytes for float32, float16, int8 and int4 the same way. Quantized
+# checkpoints keep embeddings and norms in 16-bit, so give `modelSizeGB` for the exact size.
+DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0,
+               "int4": 0.5 + 2 / 128, "fp4": 0.5 + 1 / 16, "nvfp4": 0.5 + 1 / 16,
+               "mxfp4": 0.5 + 1 / 32}
+DEFAULT_DTYPE = "bf16"
+
+
+def weights_gb(model_size_gb: float | None, parameters_b: float | None,
+               dtype: str | None) -> float | None:
+    """The weights in GB (10^9 bytes): `modelSizeGB` when given, else `parameters` (billions)
+    x DTYPE_BYTES[dtype] (bf16 when no dtype is given), else None (not stated)."""
+    if model_size_gb:
+        return float(model_size_gb)
+    if parameters_b:
+        return parameters_b * DTYPE_BYTES[dtype or DEFAULT_DTYPE]
+    return None
+
+
+# Host resources of a server pod: a fixed part (the API server and engine process) plus one
+# part per GPU of the pod (vLLM runs one worker process per GPU for tensor parallelism, each
+# with its own CUDA context, pinned staging buffers and CPU threads). With one GPU this is
+# the chart's default (4 CPU / 32Gi requested, 8 CPU / 64Gi limit); limits are 2x requests.
+POD_CPU_BASE, POD_CPU_PER_GPU = 2.0, 2.0
+POD_MEMORY_GIB_BASE, POD_MEMORY_GIB_PER_GPU = 16.0, 16.0
 
 
 @dataclass(frozen=True)
@@ -108,6 +142,32 @@ class Workload:
     model_source: ModelSource | None = None
     scale_to_zero: bool = False
     lora: tuple[tuple[str, str], ...] = ()  # (name, source) adapters
+    parameters_b: float | None = None       # `parameters`, in billions
+    dtype: str | None = None                # `dtype`: a DTYPE_BYTES key
+    cpu_per_gpu: float = POD_CPU_PER_GPU    # `resources.cpuPerGpu` (requested cores per GPU)
+    memory_gib_per_gpu: float = POD_MEMORY_GIB_PER_GPU   # `resources.memoryGiBPerGpu`
+
+    @property
+    def weights_gb(self) -> float | None:
+        """The weights in GB (10^9 bytes) the spec states: `modelSizeGB`, else `parameters`
+        x the bytes per parameter of `dtype` (`weights_gb()`); None when not stated."""
+        return weights_gb(self.model_size_gb, self.parameters_b, self.dtype)
+
+    def pod_resources(self, gpus_per_pod: int) -> dict[str, dict[str, str]]:
+        """CPU and memory requests and limits of one server pod with `gpus_per_pod` GPUs
+        (or MIG instances / shared replicas: 1): POD_*_BASE + the per-GPU part x GPUs,
+        limits twice the requests (the chart's 1-GPU default ratio)."""
+        n = max(1, gpus_per_pod)
+        cpu = POD_CPU_BASE + self.cpu_per_gpu * n
+        mem = POD_MEMORY_GIB_BASE + self.memory_gib_per_gpu * n
+
+        def cores(x: float) -> str:
+            return f"{x:g}" if x == int(x) else f"{math.ceil(x * 1000)}m"
+
+        def gib(x: float) -> str:
+            return f"{x:g}Gi" if x == int(x) else f"{math.ceil(x * 1024)}Mi"
+        return {"requests": {"cpu": cores(cpu), "memory": gib(mem)},
+                "limits": {"cpu": cores(2 * cpu), "memory": gib(2 * mem)}}
 
     @property
     def memory_gib(self) -> float | None:
@@ -131,6 +191,9 @@ class ModelSource:
     uri: str | None = None
     secret_name: str | None = None
     storage_class: str | None = None
+    token_secret: str | None = None         # `token.secretName`: a Hugging Face token Secret
+    token_key: str = "token"                # `token.secretKey` (the chart's default key)
+    token_mount_as: str = "file"            # `token.mountAs`: file (HF_TOKEN_PATH) or env (HF_TOKEN)
 
 
 @dataclass(frozen=True)
@@ -236,8 +299,10 @@ def _sharing(raw: Any) -> Sharing | None:
 def _model_source(raw: Any) -> ModelSource | None:
     if raw is None:
         return None
+    token = raw.get("token") or {}
     return ModelSource(raw["type"], raw.get("image"), raw.get("uri"), raw.get("secretName"),
-                       raw.get("storageClassName"))
+                       raw.get("storageClassName"), token.get("secretName"),
+                       token.get("secretKey", "token"), token.get("mountAs", "file"))
 
 
 def _kube_version(text: str) -> str:
@@ -276,7 +341,11 @@ def from_data(data: dict, *, base_dir: Path = Path("."), loaded: Loaded | None =
             memory_gib_given=w.get("memoryGiB"), model_size_gb=w.get("modelSizeGB"),
             model_source=_model_source(w.get("modelSource")),
             scale_to_zero=w.get("scaleToZero", False),
-            lora=tuple((a["name"], a["source"]) for a in w.get("lora", ()))))
+            lora=tuple((a["name"], a["source"]) for a in w.get("lora", ())),
+            parameters_b=w.get("parameters"), dtype=w.get("dtype"),
+            cpu_per_gpu=w.get("resources", {}).get("cpuPerGpu", POD_CPU_PER_GPU),
+            memory_gib_per_gpu=w.get("resources", {}).get("memoryGiBPerGpu",
+                                                          POD_MEMORY_GIB_PER_GPU)))
     a = data.get("autoscaling", {})
     pl = data.get("platform", {})
     return Spec(

@@ -139,7 +139,26 @@ def hub_errors(values: dict) -> list[str]:
             validate_repo_id(model["name"])
         except HFValidationError as exc:
             return [f"model.name: {exc}"]
-    return []
+    return lora_errors(values)
+
+
+def lora_errors(values: dict) -> list[str]:
+    """vLLM's own reading of --lora-modules sources (vllm/lora/utils.py
+    get_adapter_absolute_path, ported as its three branches): an absolute path is kept; a
+    path that does not exist in the pod and is no repo id the Hub client takes
+    (validate_repo_id, the real one) fails at start. `..` segments leave the model volume."""
+    out = []
+    for ad in (coalesce(chart_defaults(), values).get("lora") or {}).get("adapters") or []:
+        src = str(ad.get("source"))
+        if src.startswith("/"):
+            if "/../" in src + "/":
+                out.append(f"lora {ad.get('name')}: {src} leaves the volume")
+            continue
+        try:
+            validate_repo_id(src)
+        except HFValidationError as exc:
+            out.append(f"lora {ad.get('name')}: {exc}")
+    return out
 
 
 def validate_errors(values: dict) -> list[str]:
@@ -190,6 +209,10 @@ HOSTILE = {
                                                          {"name": "a", "source": "org/b"}]}}),
     "lora-is-model": merge(LORA, {"lora": {"adapters": [{"name": "base", "source": "org/a"}]},
                                   "model": {"name": "base"}}),
+    "lora-s3": merge(LORA, {"lora": {"adapters": [{"name": "a", "source": "s3://bucket/a"}]}}),
+    "lora-revision": merge(LORA, {"lora": {"adapters": [{"name": "a", "source": "org/a@v2"}]}}),
+    "lora-relative": merge(LORA, {"lora": {"adapters": [{"name": "a", "source": "./a"}]}}),
+    "lora-dotdot": merge(LORA, {"lora": {"adapters": [{"name": "a", "source": "/models/../etc/a"}]}}),
     "pod-label-value": {"podLabels": {"team": "$(whoami)"}},
     "pod-label-key": {"podLabels": {"bad key": "x"}},
     "common-label-long": {"commonLabels": {"team": "x" * 64}},
@@ -210,6 +233,7 @@ VALID = {
     "gateway": GATEWAY,
     "gateway-dotted-section": gw(sectionName="https.internal", namespace="gw", kind="Gateway"),
     "lora": LORA,
+    "lora-absolute-path": merge(LORA, {"lora": {"adapters": [{"name": "a", "source": "/models/adapters/a"}]}}),
     "labels": {"podLabels": {"example.com/team": "ml-serving", "tier": "A.1_b"},
                "commonLabels": {"empty": ""}, "nodeSelector": {"nvidia.com/gpu.present": "true"}},
     "resources": {"resources": {"requests": {"cpu": "2", "memory": "8Gi", "hugepages-2Mi": "1Gi"},
@@ -290,6 +314,13 @@ SPECS = {
     "lora-duplicate": (spec_with(lora=[{"name": "a", "source": "org/a"}, {"name": "a", "source": "org/b"}]), False),
     "storage-class-injection": (spec_with(modelSource={"type": "cache", "storageClassName": "nfs;rm"},
                                           modelSizeGB=10), False),
+    "lora-s3": (spec_with(lora=[{"name": "a", "source": "s3://bucket/a"}]), False),
+    "lora-path-in-download": (spec_with(lora=[{"name": "a", "source": "/models/a"}]), False),
+    "lora-path-in-claim": (spec_with(lora=[{"name": "a", "source": "/models/adapters/a"}],
+                                     modelPvc="weights"), True),
+    "memory-below-weights": (spec_with(memoryGB=15, parameters=8), False),
+    "weights-and-token": (spec_with(parameters=8, modelSource={"type": "download", "token": {
+        "secretName": "hf-token", "mountAs": "env"}}), True),
     "name-53": (spec_with(name="a" * 53), True),
 }
 

@@ -277,3 +277,23 @@ def test_model_source_accepted_by_the_api_server(kube, namespace, example):
         bad["image"]["pullPolicy"] = "Sometimes"
         res = kube.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(dep), check=False)
         assert res.returncode != 0 and "image.pullPolicy" in res.stderr, res.stderr
+
+
+def test_long_adapter_names_keep_one_inference_objective_each(kube, namespace):
+    """Two adapters whose names share a 48-character prefix: the chart names their
+    InferenceObjectives <first 54>-<hash> past 63 characters, and the real API server stores
+    two objects (plain truncation gave one name: the second apply would overwrite the first)."""
+    install_serving_crds(kube)
+    prefix = "customer-support-escalation-summaries-in-english"
+    lora = {"adapters": [{"name": f"{prefix}-v1", "source": "org/a"},
+                         {"name": f"{prefix}-v2", "source": "org/b"}]}
+    kube.helm("install", "gi", str(CHART), "-n", namespace, values=values_of("lora-adapters", lora=lora))
+    objectives = kube.json("get", "inferenceobjectives", "-n", namespace)["items"]
+    adapters = {o["metadata"]["labels"]["gpu-inference/lora-adapter"]: o["metadata"]["name"]
+                for o in objectives}
+    assert sorted(adapters) == [f"{prefix}-v1", f"{prefix}-v2"]
+    assert len(set(adapters.values())) == 2 and all(len(n) <= 63 for n in adapters.values())
+    pod = kube.wait("a server pod", lambda: kube.pods(namespace, "app.kubernetes.io/instance=gi,"
+                                                                 "app.kubernetes.io/component=inference"))[0]
+    server = next(c for c in pod["spec"]["containers"] if c["name"] == "server")
+    assert "--max-loras=2" in server["args"]

@@ -159,19 +159,19 @@ def test_mig_falls_back_to_a_proportional_split_when_the_peak_does_not_fit():
 def test_time_slicing_on_rtx_4090_is_renamed_and_keeps_the_product_label():
     fleet = fleet_of(EXAMPLES / "rtx4090-time-slicing.yaml")
     v = fleet.release("phi-mini").values
-    # 22.32 GiB usable / (5 GB = 4.66 GiB + 5%) = 4 replicas; vLLM gets 0.9 / 4 -> 0.22
+    # 22.32 GiB usable / (10 GB = 9.31 GiB + 5%) = 2 replicas; vLLM gets 0.9 / 2 -> 0.45
     assert v["gpu"] == {"mode": "shared", "count": 1,
-                        "shared": {"resourceName": "nvidia.com/gpu.shared", "memoryFraction": 0.22}}
-    cfg = fleet.layout.device_plugin_configs["ts-4"]
+                        "shared": {"resourceName": "nvidia.com/gpu.shared", "memoryFraction": 0.45}}
+    cfg = fleet.layout.device_plugin_configs["ts-2"]
     deviceplugin.validate_device_plugin_config(cfg, gpu="RTX-4090")
     ts = cfg["sharing"]["timeSlicing"]
-    assert ts["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
+    assert ts["resources"] == [{"name": "nvidia.com/gpu", "replicas": 2}]
     assert ts["renameByDefault"] is True
     # renamed: GFD appends no -SHARED (k8s-device-plugin internal/lm/resource.go)
     assert v["gpuProducts"] == ["NVIDIA-GeForce-RTX-4090"]
     assert not v["autoscaling"]["metrics"][0]["name"].startswith("DCGM_")
     (g,) = fleet.layout.node_groups
-    assert (g.name, g.nodes, dict(g.labels)) == ("rtx", 3, {"nvidia.com/device-plugin.config": "ts-4",
+    assert (g.name, g.nodes, dict(g.labels)) == ("rtx", 3, {"nvidia.com/device-plugin.config": "ts-2",
                                                            "nvidia.com/gpu.topology": "PCIe"})
 
 
@@ -336,7 +336,7 @@ def test_expected_nodes_for_the_fit_check():
     inv = expected_nodes(fleet)
     assert [n.name for n in inv.nodes] == ["rtx-001", "rtx-002", "rtx-003"]
     node = inv.nodes[0]
-    assert node.allocatable == {"nvidia.com/gpu.shared": 8}        # 2 GPUs x 4 replicas
+    assert node.allocatable == {"nvidia.com/gpu.shared": 4}        # 2 GPUs x 2 replicas
     assert node.labels["nvidia.com/gpu.product"] == "NVIDIA-GeForce-RTX-4090"
     assert node.labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
     fleet = fleet_of(EXAMPLES / "mixed-a100-h100-mig.yaml")

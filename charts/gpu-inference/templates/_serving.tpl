@@ -108,12 +108,15 @@ emptyDirs and 2Gi for logs and the writable layer. Empty when sizeGB is unset.
 
 {{/* The vLLM flags of the LoRA adapters (vllm/engine/arg_utils.py and
      vllm/entrypoints/common/cli_args.py of vLLM 0.33.0): one --lora-modules with name=path
-     items (its action replaces, so it is given once), --max-loras, --max-lora-rank. */}}
+     items (its action replaces, so it is given once), --max-loras, --max-lora-rank.
+     --max-loras is how many adapters one batch may hold (vllm/config/lora.py, default 1):
+     null = every adapter, so a request for one adapter never waits for another's batch. */}}
 {{- define "gpu-inference.lora.args" -}}
 {{- $l := .Values.lora }}
 {{- if or $l.adapters $l.runtimeUpdates }}
 - --enable-lora
-- {{ printf "--max-loras=%d" (int $l.maxLoras) | quote }}
+{{- $max := ternary (max 1 (len ($l.adapters | default list))) $l.maxLoras (kindIs "invalid" $l.maxLoras) }}
+- {{ printf "--max-loras=%d" (int $max) | quote }}
 - {{ printf "--max-lora-rank=%d" (int $l.maxLoraRank) | quote }}
 {{- with $l.adapters }}
 - --lora-modules
@@ -122,6 +125,15 @@ emptyDirs and 2Gi for logs and the writable layer. Empty when sizeGB is unset.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/* Name of an adapter's InferenceObjective: <fullname>-<adapter>; past 63 characters the
+     first 54 and an 8-hex hash of the whole name, so two adapters whose names share a long
+     prefix keep distinct objects (plain truncation made them one). Args: dict root, name. */}}
+{{- define "gpu-inference.lora.objectiveName" -}}
+{{- $full := printf "%s-%s" (include "gpu-inference.fullname" .root) .name }}
+{{- if le (len $full) 63 }}{{- $full }}
+{{- else }}{{- printf "%s-%s" ($full | trunc 54 | trimSuffix "-" | trimSuffix ".") (sha256sum $full | trunc 8) }}{{- end }}
 {{- end }}
 
 {{/* Environment of the serving features: runtime LoRA loading, the streamer's endpoint. */}}
