@@ -218,6 +218,16 @@ CODES = {
               "re-plan against the current cluster, or remove a malformed rollout state annotation"),
     "GV049": ("a rollout stopped: mig-manager failed or a wave timed out",
               "see the node's Events and mig-manager's logs, fix, then rerun (it resumes)"),
+    "GV060": ("a multi-node replica (nodesPerReplica > 1) with GPU sharing, MIG or DRA",
+              "give the workload whole GPUs (sharing: whole): a group takes whole nodes"),
+    "GV061": ("a multi-node replica that its node pool cannot hold",
+              "lower nodesPerReplica (or the memory per replica), or add nodes to the pool"),
+    "GV062": ("nodesPerReplica disagrees with gpus / tensorParallel",
+              "give tensorParallel = gpusPerNode (GPUs per pod) and gpus = nodesPerReplica x gpusPerNode, or leave them out"),
+    "GV063": ("a multi-node replica with a server other than vLLM",
+              "use server: vllm (Ray across the group's pods), or a model that fits one node"),
+    "GV064": ("LeaderWorkerSet values the group cannot run with",
+              "set multiNode.size >= 2 with gpu.mode whole, no scaleToZero, and an autoscaler or PDB that counts groups"),
     "GV100": ("bad input", "fix the value the message names"),
 }
 

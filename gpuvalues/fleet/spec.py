@@ -44,6 +44,7 @@ class NodePool:
     topology: Topology | None = None
     price_per_gpu_hour: float | None = None
     node_selector: tuple[tuple[str, str], ...] = ()   # day-0 labels; () = POOL_LABEL: name
+    group_domain_label: str | None = None   # one multi-node group per value of this label
 
     @property
     def selector(self) -> dict[str, str]:
@@ -108,6 +109,7 @@ class Workload:
     model_source: ModelSource | None = None
     scale_to_zero: bool = False
     lora: tuple[tuple[str, str], ...] = ()  # (name, source) adapters
+    nodes_per_replica: int | None = None    # None: one node, or derived from the weights
 
     @property
     def memory_gib(self) -> float | None:
@@ -257,7 +259,8 @@ def from_data(data: dict, *, base_dir: Path = Path("."), loaded: yamlio.Loaded |
                             label=t.get("label"))
         pools.append(NodePool(p["name"], p["gpu"], p["gpusPerNode"], p["nodes"],
                               bool(p.get("mig", False)), topo, p.get("pricePerGpuHour"),
-                              tuple(sorted((p.get("nodeSelector") or {}).items()))))
+                              tuple(sorted((p.get("nodeSelector") or {}).items())),
+                              p.get("groupDomainLabel")))
     workloads = []
     for w in data["workloads"]:
         slo = w.get("slo", {})
@@ -276,7 +279,8 @@ def from_data(data: dict, *, base_dir: Path = Path("."), loaded: yamlio.Loaded |
             memory_gib_given=w.get("memoryGiB"), model_size_gb=w.get("modelSizeGB"),
             model_source=_model_source(w.get("modelSource")),
             scale_to_zero=w.get("scaleToZero", False),
-            lora=tuple((a["name"], a["source"]) for a in w.get("lora", ()))))
+            lora=tuple((a["name"], a["source"]) for a in w.get("lora", ())),
+            nodes_per_replica=w.get("nodesPerReplica")))
     a = data.get("autoscaling", {})
     pl = data.get("platform", {})
     return Spec(
