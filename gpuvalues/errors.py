@@ -227,7 +227,7 @@ CODES = {
     "GV063": ("a multi-node replica with a server other than vLLM",
               "use server: vllm (Ray across the group's pods), or a model that fits one node"),
     "GV064": ("LeaderWorkerSet values the group cannot run with",
-              "set multiNode.size >= 2 with gpu.mode whole, no scaleToZero, and an autoscaler or PDB that counts groups"),
+              "multi-node groups need gpu.mode whole, server.type vllm and minReplicas >= 1 (no scale to zero)"),
     "GV100": ("bad input", "fix the value the message names"),
 }
 

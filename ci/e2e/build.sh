@@ -200,7 +200,8 @@ build_nfd() {
 # LeaderWorkerSet controller (sigs.k8s.io/lws, $LWS_VERSION): its manager binary (cmd/, the
 # controllers and the webhooks), built through a wrapper module (the proxy here serves the
 # module but not its version list). The module zip also carries the CRD and the webhook
-# configurations (config/crd/bases, config/webhook/manifests.yaml): copied beside the binary,
+# configurations (config/crd/bases, config/webhook/manifests.yaml and its kustomize patches):
+# copied beside the binary,
 # the CRD for kubernetes-validate and the cluster, the webhooks for the e2e's loopback wiring.
 build_lws() {
   local v=$1 out=$2 src
@@ -209,6 +210,7 @@ build_lws() {
   [ -d "$src" ] || die "could not download sigs.k8s.io/lws@$v"
   cp "$src/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml" "$out/"
   cp "$src/config/webhook/manifests.yaml" "$out/webhook-manifests.yaml"
+  cp "$src/config/webhook/mutating-patch.yaml" "$src/config/webhook/validating-patch.yaml" "$out/"
   "$out/bin/lws" --version
 }
 
