@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from gpuvalues import catalog
 from gpuvalues.errors import Finding, GpuValuesError
-from gpuvalues.fleet import producers, sizing
+from gpuvalues.fleet import sizing
 from gpuvalues.fleet.layout import Layout, NodeGroup, choose_pools, lay_out
 from gpuvalues.fleet.placement import Placement, candidates
 from gpuvalues.fleet.releases import (Release, gpu_operator_release, platform_release, warning,
@@ -252,6 +252,6 @@ def expected_nodes(fleet: Fleet):
                            sharing_strategy=labels.get("nvidia.com/gpu.sharing-strategy", "none"))
             for _ in range(g.nodes):
                 index += 1
-                nodes.append(Node(f"{g.name}-{index:03d}", labels={**labels, **producers.domain_label(
-                    fleet, pool, index)}, capacity=alloc, allocatable=alloc, gpu=info))
+                nodes.append(Node(f"{g.name}-{index:03d}", labels=labels, capacity=alloc,
+                                  allocatable=alloc, gpu=info))
     return Inventory(tuple(nodes), source="fleet")

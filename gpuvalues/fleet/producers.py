@@ -224,7 +224,8 @@ def node_states(spec: Spec, layout: Layout | None, platform_values: Mapping[str,
 
 
 def domain_label(fleet: Fleet, pool: NodePool, index: int) -> dict[str, str]:
-    """A pool's groupDomainLabel on its `index`-th node (1-based), as the plan assumes the
+    """A pool's groupDomainLabel on its `index`-th node (1-based): a day-0 label (the
+    cluster's racks or NVLink cliques, like the pool's nodeSelector), as the plan assumes the
     domains: consecutive runs of as many nodes as its largest multi-node replica spans
     (the cluster's real racks or cliques may be larger; a smaller one holds no group)."""
     if not pool.group_domain_label:

@@ -191,8 +191,8 @@ def test_groups_come_up_scale_and_move_as_a_unit(kube, namespace, pool, lws_cont
         groups = kube.wait("two groups Running", lambda: running_groups(2), timeout=180)
         group_racks = [{racks[p["spec"]["nodeName"]] for p in ps} for ps in groups.values()]
         assert all(len(r) == 1 for r in group_racks) and len(set.union(*group_racks)) == 2, group_racks
-        scale = kube.json("get", "--raw", f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{namespace}"
-                          f"/leaderworkersets/{full}/scale")
+        scale = json.loads(kube.kubectl("get", "--raw", f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/"
+                                        f"{namespace}/leaderworkersets/{full}/scale").stdout)
         assert scale["spec"]["replicas"] == 2
         assert f"{WORKER}=0" in scale["status"]["selector"], scale   # HPA averages over leaders
         kube.kubectl("scale", "leaderworkerset", full, "-n", namespace, "--replicas=1")
