@@ -8,8 +8,8 @@ import pytest
 
 from gpuvalues import build_fleet, check_fleet
 from gpuvalues.checks.spec import spec_from_text
-from gpuvalues.planners.fit import fit
-from gpuvalues.planners.inventory import Inventory, Node
+from gpuvalues.planners.scheduling.fit import fit
+from gpuvalues.planners.scheduling.inventory import Inventory, Node
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "multi-node-405b.yaml"
