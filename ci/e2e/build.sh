@@ -208,7 +208,10 @@ build_lws() {
   wrapper_build "$out/bin/lws" sigs.k8s.io/lws "$v" sigs.k8s.io/lws/cmd 1.26.0
   src=$("$GO" mod download -json "sigs.k8s.io/lws@$v" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
   [ -d "$src" ] || die "could not download sigs.k8s.io/lws@$v"
-  cp "$src/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml" "$out/"
+  # both CRDs the manager watches (its DisaggregatedSet controller stops the manager when its
+  # CRD is missing past the cache sync timeout)
+  cp "$src/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml" \
+     "$src/config/crd/bases/disaggregatedset.x-k8s.io_disaggregatedsets.yaml" "$out/"
   cp "$src/config/webhook/manifests.yaml" "$out/webhook-manifests.yaml"
   cp "$src/config/webhook/mutating-patch.yaml" "$src/config/webhook/validating-patch.yaml" "$out/"
   "$out/bin/lws" --version
