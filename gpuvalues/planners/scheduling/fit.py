@@ -15,6 +15,11 @@ node name), both the pod's own terms and existing pods' terms. Topology constrai
 node labels (`nvidia.com/gpu.topology`, ...) and go through NodeAffinity like any other
 label.
 
+A LeaderWorkerSet replica is a group (leaderWorkerTemplate.size pods): placed all or
+nothing, leader first, and with the `leaderworkerset.sigs.k8s.io/exclusive-topology`
+annotation inside one value of that node label that no other group of the set holds (the
+pod affinity and anti-affinity the LWS webhook injects); its counts are groups.
+
 How fit chooses a node: **first fit in node-name order** among the nodes that pass every
 filter. kube-scheduler instead scores feasible nodes (by default it spreads:
 NodeResourcesFit LeastAllocated). For pods of one shape (one Deployment) the number that
