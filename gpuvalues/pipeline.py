@@ -64,6 +64,7 @@ def plan_data(fleet: Fleet) -> dict:
         "gpus_total": sum(p.gpus for p in fleet.spec.node_pools),
         "workloads": [{"name": p.workload, "pool": p.pool.name, "mode": p.mode,
                        "resource": p.resource, "per_pod": p.count,
+                       "nodes_per_replica": p.nodes,
                        "peak_replicas": fleet.peaks[p.workload],
                        "units": layout.units.get(p.workload, 0), "why": p.why}
                       for p in fleet.placements],

@@ -4,7 +4,7 @@
 # defaults (outside the repo), so a fresh clone on the same machine only re-links.
 #
 #   bash ci/e2e/build.sh            # all components
-#   bash ci/e2e/build.sh kube etcd  # some of them (kube, kwok, etcd, crds, adapter, keda, nfd)
+#   bash ci/e2e/build.sh kube etcd  # some of them (kube, kwok, etcd, crds, adapter, keda, nfd, lws)
 #
 # Each component writes <dir>/build-seconds (wall time of its last build).
 set -euo pipefail
@@ -197,8 +197,28 @@ build_nfd() {
   "$out/bin/nfd-worker" -version
 }
 
+# LeaderWorkerSet controller (sigs.k8s.io/lws, $LWS_VERSION): its manager binary (cmd/, the
+# controllers and the webhooks), built through a wrapper module (the proxy here serves the
+# module but not its version list). The module zip also carries the CRD and the webhook
+# configurations (config/crd/bases, config/webhook/manifests.yaml and its kustomize patches):
+# copied beside the binary,
+# the CRD for kubernetes-validate and the cluster, the webhooks for the e2e's loopback wiring.
+build_lws() {
+  local v=$1 out=$2 src
+  wrapper_build "$out/bin/lws" sigs.k8s.io/lws "$v" sigs.k8s.io/lws/cmd 1.26.0
+  src=$("$GO" mod download -json "sigs.k8s.io/lws@$v" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  [ -d "$src" ] || die "could not download sigs.k8s.io/lws@$v"
+  # both CRDs the manager watches (its DisaggregatedSet controller stops the manager when its
+  # CRD is missing past the cache sync timeout)
+  cp "$src/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml" \
+     "$src/config/crd/bases/disaggregatedset.x-k8s.io_disaggregatedsets.yaml" "$out/"
+  cp "$src/config/webhook/manifests.yaml" "$out/webhook-manifests.yaml"
+  cp "$src/config/webhook/mutating-patch.yaml" "$src/config/webhook/validating-patch.yaml" "$out/"
+  "$out/bin/lws" --version
+}
+
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(kube kwok etcd crds adapter keda nfd)
+[ ${#components[@]} -gt 0 ] || components=(kube kwok etcd crds adapter keda nfd lws)
 total_start=$(date +%s)
 for c in "${components[@]}"; do
   case $c in
@@ -214,6 +234,7 @@ for c in "${components[@]}"; do
     crds) run_build crds "po-$PROMETHEUS_OPERATOR_VERSION-keda-$KEDA_VERSION" build_crds ;;
     keda) run_build keda "$KEDA_VERSION" build_keda ;;
     nfd) run_build nfd "$NFD_VERSION" build_nfd ;;
+    lws) run_build lws "$LWS_VERSION" build_lws ;;
     *) die "unknown component '$c' (kube, kwok, etcd, crds, adapter, keda, nfd)" ;;
   esac
 done

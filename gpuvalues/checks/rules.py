@@ -432,10 +432,27 @@ def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded 
                 add("GV004", "maxUnavailable 0 forbids every eviction: node drains block forever",
                     "pdb", "maxUnavailable")
 
-    # GV005 (whole / shared): maxReplicas x GPUs per replica beyond the inventory.
+    # GV064: a LeaderWorkerSet group (multiNode.nodes > 1) takes whole nodes of whole GPUs
+    # and runs vLLM over Ray; scale to zero would cold-start a whole group.
+    nodes = _quantity_int(_get(values, "multiNode", "nodes", default=1)) or 1
+    if nodes > 1:
+        if mode != "whole":
+            add("GV064", f"multiNode.nodes {nodes} with gpu.mode {mode}: a group's pods take whole "
+                "GPUs (gpu.mode whole)", "gpu", "mode")
+        if _get(values, "server", "type", default="vllm") != "vllm":
+            add("GV064", f"multiNode.nodes {nodes} with server.type "
+                f"{_get(values, 'server', 'type')}: the chart runs groups with vLLM over Ray only",
+                "server", "type")
+        if engine != "none" and min_r == 0:
+            add("GV064", "multiNode with minReplicas 0: a group cold-starts over several nodes; "
+                "keep minReplicas >= 1", "autoscaling", "minReplicas")
+
+    # GV005 (whole / shared): maxReplicas x GPUs per replica beyond the inventory (a
+    # multi-node replica: gpu.count per pod x multiNode.nodes pods).
     if ctx.inventory_gpus and mode in ("whole", "dra") and not profile:
-        if replicas * count > ctx.inventory_gpus:
-            add("GV005", f"maxReplicas {replicas} x {count} GPUs = {replicas * count} > "
+        group_gpus = count * nodes
+        if replicas * group_gpus > ctx.inventory_gpus:
+            add("GV005", f"maxReplicas {replicas} x {group_gpus} GPUs = {replicas * group_gpus} > "
                 f"{ctx.inventory_gpus} GPUs in the inventory", "autoscaling", "maxReplicas")
     shared = _shared_replicas(values) or ctx.shared_replicas
     if ctx.inventory_gpus and mode == "shared" and shared:

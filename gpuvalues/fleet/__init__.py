@@ -150,7 +150,7 @@ def _shortage_findings(spec: Spec, layout: Layout, placements: list[Placement]) 
     by_pool: dict[str, list] = {}
     for s in layout.shortages:
         p = by_name[s.workload]
-        if fixed and s.wanted * p.count > p.pool.gpus * p.units_per_gpu:
+        if fixed and s.wanted * p.gpus_per_replica > p.pool.gpus * p.units_per_gpu:
             continue
         by_pool.setdefault(s.pool, []).append(s)
     out = []

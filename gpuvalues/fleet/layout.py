@@ -113,7 +113,7 @@ def _kind(p: Placement) -> tuple:
 
 def _gpus_for(p: Placement, peak: int) -> int:
     """GPUs `peak` replicas of `p` take at most, alone on their GPUs."""
-    return p.count * peak if p.whole_gpus else -(-peak // max(p.units_per_gpu, 1))
+    return p.gpus_per_replica * peak if p.whole_gpus else -(-peak // max(p.units_per_gpu, 1))
 
 
 def choose_pools(spec: Spec, options: Sequence[Sequence[Placement]],
@@ -203,11 +203,21 @@ def _pack_whole(pool: NodePool, islands, wants: Sequence[tuple[Placement, int]]
     opened, the GPU indices the replicas use; replicas placed per workload."""
     groups, loose = islands
     biggest = max((len(g) for g in groups), default=0)
-    replicas = sorted(((p.count, p.workload) for p, n in wants for _ in range(n)),
-                      key=lambda r: -r[0])
     nodes: list[list[list[int]]] = []
     used: list[set[int]] = []
     placed = {p.workload: 0 for p, _ in wants}
+    # Multi-node groups first, all or nothing: a group reserves `p.nodes` whole nodes (a
+    # LeaderWorkerSet group is one pod per node with every GPU of it)
+    for p, n in sorted(((p, n) for p, n in wants if p.multi_node), key=lambda pn: -pn[0].nodes):
+        for _ in range(n):
+            if len(nodes) + p.nodes > pool.nodes:
+                break
+            for _k in range(p.nodes):
+                nodes.append([[] for _g in range(1 + len(groups))])
+                used.append(set(range(pool.gpus_per_node)))
+            placed[p.workload] += 1
+    replicas = sorted(((p.count, p.workload) for p, n in wants if not p.multi_node
+                       for _ in range(n)), key=lambda r: -r[0])
     for count, name in replicas:
         for node, _taken in zip(nodes, used):
             got = _take(node, count, biggest)
@@ -301,8 +311,8 @@ def lay_out(spec: Spec, placements: Sequence[Placement], peaks: Mapping[str, int
         opened, placed = _pack_whole(pool, islands, [(p, peaks[p.workload]) for p in whole])
         whole_nodes = len(opened)
         for p in whole:
-            units[p.workload] = placed[p.workload] * p.count
-            held.setdefault(pool.name, {})[p.workload] = placed[p.workload] * p.count
+            units[p.workload] = placed[p.workload] * p.gpus_per_replica
+            held.setdefault(pool.name, {})[p.workload] = placed[p.workload] * p.gpus_per_replica
             if placed[p.workload] < peaks[p.workload]:
                 nv = (f" inside NVLink groups of {', '.join(str(len(g)) for g in islands[0])} "
                       "GPUs per node" if p.count > 1 and islands[0] and
@@ -310,7 +320,8 @@ def lay_out(spec: Spec, placements: Sequence[Placement], peaks: Mapping[str, int
                 shortages.append(Shortage(p.workload, pool.name, peaks[p.workload],
                                           placed[p.workload], f"{pool.nodes} x "
                                           f"{pool.gpus_per_node} GPUs hold {placed[p.workload]} "
-                                          f"replicas of {p.count} GPUs{nv}"))
+                                          f"replicas of {p.gpus_per_replica} GPUs"
+                                          + (f" ({p.nodes} whole nodes each)" if p.multi_node else nv)))
         free = pool.nodes - whole_nodes
         if shared:
             name, cfg = _shared_config(spec, pool, shared)

@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuvalues import catalog
 from gpuvalues.yamlio.loader import format_path
-from gpuvalues.catalog import GpuModel, MigProfile
+from gpuvalues.catalog import GIB_PER_GB, GpuModel, MigProfile
 from gpuvalues.errors import CatalogError, GpuValuesError, PlanError, SpecError
 from gpuvalues.fleet.spec import NodePool, Spec, Workload
 from gpuvalues.planners import deviceplugin
@@ -50,6 +50,17 @@ class Placement:
     units_per_gpu: int = 1
     renamed: bool = True              # shared: advertised as nvidia.com/gpu.shared
     why: str = ""
+    nodes: int = 1                    # nodes per replica: > 1 is a LeaderWorkerSet group
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """Resource units one replica takes: `count` per pod x pods (nodes) per group."""
+        return self.count * self.nodes
+
+    @property
+    def multi_node(self) -> bool:
+        """True when a replica spans nodes (one pod of `count` GPUs per node)."""
+        return self.nodes > 1
 
     @property
     def resource(self) -> str:
@@ -108,6 +119,74 @@ def _smallest_profile(gpu: GpuModel, need: float) -> MigProfile | None:
     return min(fits, key=lambda p: (p.memory_slices, p.compute_slices, usable_gib(p)), default=None)
 
 
+def _replica_need_gib(spec: Spec, w: Workload) -> float | None:
+    """GPU memory one replica needs in GiB for the multi-node decision: its memory need,
+    at least its weights (both with the spec's headroom); None when neither is stated."""
+    weights = w.weights_gb  # modelSizeGB, or parameters x dtype bytes
+    need = max(_need_gib(spec, w) or 0.0,
+               weights * GIB_PER_GB * (1 + spec.memory_headroom) if weights else 0.0)
+    return need or None
+
+
+def _nodes_per_replica(spec: Spec, wi: int, pool: NodePool, gpu: GpuModel) -> int:
+    """Nodes one replica of workload `wi` spans on `pool`: its nodesPerReplica, else 1, or,
+    with no GPU count stated (gpus, tensorParallel above 1), as many whole nodes as its
+    memory needs (vLLM's guide: tensor parallel = GPUs per node, pipeline parallel = nodes,
+    docs.vllm.ai serving/parallelism_scaling.md)."""
+    w = spec.workloads[wi]
+    if w.nodes_per_replica is not None:
+        return w.nodes_per_replica
+    if w.gpus is not None or w.tensor_parallel > 1:
+        return 1
+    need = _replica_need_gib(spec, w)
+    per_node = pool.gpus_per_node * usable_gib(gpu)
+    return max(1, math.ceil(need / per_node - 1e-9)) if need else 1
+
+
+def _multi_node(spec: Spec, wi: int, pool: NodePool, gpu: GpuModel, nodes: int, mode: str,
+                problems: list[tuple[str, str]]) -> Placement | None:
+    """The placement of a replica over `nodes` whole nodes of `pool` (one pod per node with
+    all its GPUs), or None with the reason in `problems`. A spec that cannot be multi-node
+    on any pool (sharing, server, GPU counts) raises, placed at nodesPerReplica."""
+    w = spec.workloads[wi]
+    at = ("workloads", wi, "nodesPerReplica") if w.nodes_per_replica is not None else ("workloads", wi)
+    how = (f"nodesPerReplica {nodes}" if w.nodes_per_replica is not None
+           else f"its memory ({_gib(_replica_need_gib(spec, w) or 0)}) needs {nodes} nodes")
+    if mode not in ("whole", "auto"):
+        raise spec_error(PlanError, f"{w.name}: {how}, but sharing {mode} gives a replica part of a "
+                         "GPU or a DRA claim; a multi-node group takes whole nodes (sharing: whole)",
+                         spec, *at, code="GV060")
+    if w.server != "vllm":
+        raise spec_error(PlanError, f"{w.name}: {how}, but server {w.server} has no multi-node "
+                         "mode here (vLLM runs a group over Ray: leader and workers)", spec, *at,
+                         code="GV063")
+    if w.tensor_parallel not in (1, pool.gpus_per_node):
+        problems.append(("GV062", f"{pool.name}: tensorParallel {w.tensor_parallel} with "
+                         f"{nodes} nodes per replica; a group's pods take a node each, tensor "
+                         f"parallel over its {pool.gpus_per_node} GPUs (tensorParallel "
+                         f"{pool.gpus_per_node} or unset)"))
+        return None
+    if w.gpus is not None and w.gpus != nodes * pool.gpus_per_node:
+        problems.append(("GV062", f"{pool.name}: gpus {w.gpus}, but {nodes} nodes per replica "
+                         f"x {pool.gpus_per_node} GPUs is {nodes * pool.gpus_per_node}"))
+        return None
+    if nodes > pool.nodes:
+        problems.append(("GV061", f"{pool.name}: a replica spans {nodes} nodes ({how}), the pool "
+                         f"has {pool.nodes}"))
+        return None
+    need = _replica_need_gib(spec, w)
+    have = nodes * pool.gpus_per_node * usable_gib(gpu)
+    if need and need > have:
+        problems.append(("GV013", f"{pool.name}: {_gib(need)} needed, {nodes} nodes x "
+                         f"{pool.gpus_per_node} {gpu.name} give {_gib(have)}"))
+        return None
+    why = (f"whole: {nodes} nodes x {pool.gpus_per_node} {gpu.name} per replica (a "
+           f"LeaderWorkerSet group: tensor parallel {pool.gpus_per_node} inside a node, pipeline "
+           f"parallel {nodes} across nodes; {how}"
+           + (f", {_gib(need)} needed" if need and w.nodes_per_replica is not None else "") + ")")
+    return Placement(w.name, pool, gpu, "whole", pool.gpus_per_node, "whole", why=why, nodes=nodes)
+
+
 def _gib(x: float) -> str:
     return f"{x:.2f} GiB"
 
@@ -144,6 +223,12 @@ def _place_on(spec: Spec, wi: int, pools: tuple[NodePool, ...]) -> Placement:
     problems: list[tuple[str, str]] = []        # (code, why not this pool)
     for pool in pools:
         gpu = _gpu(spec, pool)
+        nodes = _nodes_per_replica(spec, wi, pool, gpu)
+        if nodes > 1:
+            placed = _multi_node(spec, wi, pool, gpu, nodes, sharing.mode, problems)
+            if placed is not None:
+                return placed
+            continue
         whole = _whole_gpus(need, w, gpu)
         single = whole == 1 and w.tensor_parallel == 1 and (w.gpus or 1) == 1
         mode = sharing.mode

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
-from gpuvalues.fleet.spec import GROUP_LABEL, Spec
+from gpuvalues.fleet.spec import GROUP_LABEL, NodePool, Spec
 from gpuvalues.planners import deviceplugin
 from gpuvalues.planners.mig import migparted
 from gpuvalues.planners.scheduling import topology
@@ -225,6 +225,17 @@ def node_states(spec: Spec, layout: Layout | None, platform_values: Mapping[str,
     return tuple(out)
 
 
+def domain_label(fleet: Fleet, pool: NodePool, index: int) -> dict[str, str]:
+    """A pool's groupDomainLabel on its `index`-th node (1-based): a day-0 label (the
+    cluster's racks or NVLink cliques, like the pool's nodeSelector), as the plan assumes the
+    domains: consecutive runs of as many nodes as its largest multi-node replica spans
+    (the cluster's real racks or cliques may be larger; a smaller one holds no group)."""
+    if not pool.group_domain_label:
+        return {}
+    size = max((p.nodes for p in fleet.placements if p.pool.name == pool.name), default=1)
+    return {pool.group_domain_label: f"{pool.name}-{(index - 1) // size + 1}"}
+
+
 def produced_nodes(fleet: Fleet):
     """An `Inventory` of the fleet's nodes as the install makes them from bare nodes
     (`node_states`): only labels and resources some part of the install produces."""
@@ -247,7 +258,8 @@ def produced_nodes(fleet: Fleet):
                        sharing_strategy=s.labels.get("nvidia.com/gpu.sharing-strategy", "none"))
         for _ in range(g.nodes):
             index[g.pool] = index.get(g.pool, 0) + 1
-            nodes.append(Node(f"{g.name}-{index[g.pool]:03d}", labels=s.labels,
+            nodes.append(Node(f"{g.name}-{index[g.pool]:03d}", labels={
+                **s.labels, **domain_label(fleet, pool, index[g.pool])},
                               capacity=s.allocatable, allocatable=s.allocatable, gpu=info))
     return Inventory(tuple(nodes), source="install")
 

@@ -145,6 +145,12 @@ def workload_release(spec: Spec, wi: int, placement: Placement, layout: Layout,
                  "topology.label to the pool)", "workloads", wi)
         else:
             values["topology"] = {"values": [label]}
+    if placement.multi_node:
+        values["multiNode"] = _multi_node_values(spec, wi, placement)
+        decisions.append(f"{w.name}: a LeaderWorkerSet of groups of {placement.nodes} pods (a leader "
+                         f"and {placement.nodes - 1} worker(s), {placement.count} GPUs each): vLLM "
+                         f"--tensor-parallel-size={placement.count} "
+                         f"--pipeline-parallel-size={placement.nodes} over Ray")
     config = layout.device_plugin_configs.get(_config_of(placement, layout) or "")
     values["gpuProducts"] = deviceplugin.gfd_products(gpu, config)
 
@@ -180,6 +186,18 @@ def workload_release(spec: Spec, wi: int, placement: Placement, layout: Layout,
              "memory_gb": w.memory_gb, "tensor_parallel": w.tensor_parallel,
              "shared_replicas": placement.replicas_per_gpu}
     return Release(w.name, w.namespace, values, w.name, tuple(decisions), facts)
+
+
+def _multi_node_values(spec: Spec, wi: int, placement: Placement) -> dict[str, Any]:
+    """The chart's multiNode block: the group size and the label of the domain a group
+    stays inside (the pool's groupDomainLabel; none: the group may span the pool)."""
+    out: dict[str, Any] = {"nodes": placement.nodes}
+    out["topologyKey"] = placement.pool.group_domain_label or ""
+    if spec.workloads[wi].scale_to_zero:
+        raise spec_error(SpecError, "scaleToZero with a multi-node replica: a group cold-starts "
+                         "over several nodes (Ray, then every pipeline stage's weights); keep "
+                         "minReplicas >= 1", spec, "workloads", wi, "scaleToZero", code="GV064")
+    return out
 
 
 def _model_values(spec: Spec, wi: int) -> dict:

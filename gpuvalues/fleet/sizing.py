@@ -63,7 +63,7 @@ def autoscaling_values(spec: Spec, wi: int, placement: Placement,
     prefer = "auto"
     if a.metric != "choose":
         prefer = "gpu" if a.metric.startswith("DCGM_") else "server"
-    units_per_replica = placement.count / placement.units_per_gpu
+    units_per_replica = placement.gpus_per_replica / placement.units_per_gpu
     try:
         if w.load and w.throughput_per_replica:
             plan = autoscaling.plan_capacity(
@@ -97,7 +97,7 @@ def autoscaling_values(spec: Spec, wi: int, placement: Placement,
                          f"{metric.reason}", spec, "autoscaling", "metric", code="GV003")
     # inventory_units and placement.count are both in pods' units (GPUs, MIG instances,
     # shared replicas)
-    fit = math.floor(inventory_units / placement.count + 1e-9) if inventory_units else None
+    fit = math.floor(inventory_units / placement.gpus_per_replica + 1e-9) if inventory_units else None
     if a.max_replicas is None and fit is not None and hi > fit:
         hi = max(fit, 1)
         decisions.append(f"maxReplicas capped at {hi}: what the {placement.pool.name} "

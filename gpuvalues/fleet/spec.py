@@ -78,6 +78,7 @@ class NodePool:
     topology: Topology | None = None
     price_per_gpu_hour: float | None = None
     node_selector: tuple[tuple[str, str], ...] = ()   # day-0 labels; () = POOL_LABEL: name
+    group_domain_label: str | None = None   # one multi-node group per value of this label
 
     @property
     def selector(self) -> dict[str, str]:
@@ -146,6 +147,7 @@ class Workload:
     dtype: str | None = None                # `dtype`: a DTYPE_BYTES key
     cpu_per_gpu: float = POD_CPU_PER_GPU    # `resources.cpuPerGpu` (requested cores per GPU)
     memory_gib_per_gpu: float = POD_MEMORY_GIB_PER_GPU   # `resources.memoryGiBPerGpu`
+    nodes_per_replica: int | None = None    # None: one node, or derived from the weights
 
     @property
     def weights_gb(self) -> float | None:
@@ -322,7 +324,8 @@ def from_data(data: dict, *, base_dir: Path = Path("."), loaded: Loaded | None =
                             label=t.get("label"))
         pools.append(NodePool(p["name"], p["gpu"], p["gpusPerNode"], p["nodes"],
                               bool(p.get("mig", False)), topo, p.get("pricePerGpuHour"),
-                              tuple(sorted((p.get("nodeSelector") or {}).items()))))
+                              tuple(sorted((p.get("nodeSelector") or {}).items())),
+                              p.get("groupDomainLabel")))
     workloads = []
     for w in data["workloads"]:
         slo = w.get("slo", {})
@@ -345,7 +348,8 @@ def from_data(data: dict, *, base_dir: Path = Path("."), loaded: Loaded | None =
             parameters_b=w.get("parameters"), dtype=w.get("dtype"),
             cpu_per_gpu=w.get("resources", {}).get("cpuPerGpu", POD_CPU_PER_GPU),
             memory_gib_per_gpu=w.get("resources", {}).get("memoryGiBPerGpu",
-                                                          POD_MEMORY_GIB_PER_GPU)))
+                                                          POD_MEMORY_GIB_PER_GPU),
+            nodes_per_replica=w.get("nodesPerReplica")))
     a = data.get("autoscaling", {})
     pl = data.get("platform", {})
     return Spec(

@@ -29,7 +29,9 @@ def plan_table(data: Mapping[str, Any], pictures: Sequence[tuple[str, str]] = ()
     (bounds, per-GPU layouts, baselines) and notes."""
     out = [f"GPUs in use: {data['gpus_in_use']} of {data['gpus_total']}", ""]
     out.append(output.table(["workload", "pool", "resource", "per pod", "peak", "layout gives"],
-                            [[w["name"], w["pool"], w["resource"], w["per_pod"], w["peak_replicas"],
+                            [[w["name"], w["pool"], w["resource"], w["per_pod"] if w.get(
+                                "nodes_per_replica", 1) == 1 else
+                                f"{w['per_pod']} x {w['nodes_per_replica']} pods (nodes)", w["peak_replicas"],
                               w["units"]] for w in data["workloads"]]))
     out.append(output.table(["node group", "pool", "nodes", "workloads", "labels"],
                             [[g["name"], g["pool"], g["nodes"], ", ".join(g["workloads"]) or "-",

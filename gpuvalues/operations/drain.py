@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from gpuvalues.operations.remediation import PREFIX
 
@@ -62,6 +62,28 @@ def skip_reason(pod: Mapping) -> str | None:
     if any(o.get("kind") == "DaemonSet" and o.get("controller") for o in meta.get("ownerReferences") or []):
         return "DaemonSet pod"
     return None
+
+
+# A LeaderWorkerSet's pods carry its name (sigs.k8s.io/lws v0.9.0,
+# api/leaderworkerset/v1/leaderworkerset_types.go SetNameLabelKey); under its default
+# restartPolicy RecreateGroupOnPodRestart, evicting one pod of a group recreates the group.
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+
+
+def disruption_unit(pod: Mapping[str, Any]) -> tuple[str, str]:
+    """What one eviction of `pod` disrupts, as (namespace, key): its controller (a
+    Deployment's ReplicaSet, a StatefulSet), or for a LeaderWorkerSet pod the whole set: a
+    group's leader and workers have different controllers (a leader StatefulSet, one worker
+    StatefulSet per group), but evicting any of them takes the whole group down, so a drain
+    step evicts at most one pod of each LeaderWorkerSet (its PodDisruptionBudget then sees
+    the group's pods go unhealthy before the next one)."""
+    meta = pod.get("metadata") or {}
+    ns = meta.get("namespace", "")
+    lws = (meta.get("labels") or {}).get(LWS_NAME_LABEL)
+    if lws:
+        return ns, f"LeaderWorkerSet/{lws}"
+    return ns, next((o.get("uid", "") for o in meta.get("ownerReferences") or [] if o.get("controller")),
+                    meta.get("uid", ""))
 
 
 @dataclass(frozen=True)
@@ -207,8 +229,7 @@ class Drainer:
                 continue
             # One pod per workload per step: the next one waits for a later step, when the
             # PDB's status (recomputed by the disruption controller) has seen the first go.
-            owner = (ns, next((o.get("uid", "") for o in meta.get("ownerReferences") or [] if o.get("controller")),
-                              uid))
+            owner = disruption_unit(p)
             if owner in touched:
                 continue
             touched.add(owner)

@@ -55,6 +55,8 @@ EXPECT = {
     ("serving-fleet", "mistral-rare"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
     ("dra-fleet", "llama-70b"): ({}, "HorizontalPodAutoscaler"),       # devices via a claim
     ("dra-fleet", "qwen-7b"): ({}, "HorizontalPodAutoscaler"),
+    # 8 GPUs per pod, 2 pods (nodes) per replica: a LeaderWorkerSet
+    ("multi-node-405b", "llama-405b"): ({"nvidia.com/gpu": 8}, "HorizontalPodAutoscaler"),
 }
 CASES = [(p, w.name) for p in EXAMPLES for w in load_spec(p).workloads]
 
@@ -78,8 +80,10 @@ def test_example_renders_and_validates(helm, path, workload):
     for m in sorted({minor, "1.37"}):
         assert k8s_errors(objects, m) == []
     limits, scaler = EXPECT[(path.stem, workload)]
-    dep = one(objects, "Deployment")
-    container = dep["spec"]["template"]["spec"]["containers"][0]
+    lws = by_kind(objects, "LeaderWorkerSet")      # a multi-node replica: its leader's pod
+    dep = lws[0] if lws else one(objects, "Deployment")
+    template = dep["spec"]["leaderWorkerTemplate"]["leaderTemplate"] if lws else dep["spec"]["template"]
+    container = template["spec"]["containers"][0]
     gpu_limits = {k: v for k, v in container["resources"]["limits"].items()
                   if k.startswith("nvidia.com/")}
     assert gpu_limits == limits

@@ -105,7 +105,7 @@ def test_one_of_is_explained_by_the_closest_alternative():
 
 def test_any_of_required_names_the_alternatives():
     text = MINIMAL.replace("    gpus: 1\n", "")
-    assert _errors(text) == ["s.yaml:9:5: workloads[0]: needs 'gpus' or 'memoryGB' or 'memoryGiB' [GV000]"]
+    assert _errors(text) == ["s.yaml:9:5: workloads[0]: needs 'gpus' or 'memoryGB' or 'memoryGiB' or 'nodesPerReplica' [GV000]"]
 
 
 def test_missing_required_and_wrong_api_version():

@@ -15,6 +15,11 @@ node name), both the pod's own terms and existing pods' terms. Topology constrai
 node labels (`nvidia.com/gpu.topology`, ...) and go through NodeAffinity like any other
 label.
 
+A LeaderWorkerSet replica is a group (leaderWorkerTemplate.size pods): placed all or
+nothing, leader first, and with the `leaderworkerset.sigs.k8s.io/exclusive-topology`
+annotation inside one value of that node label that no other group of the set holds (the
+pod affinity and anti-affinity the LWS webhook injects); its counts are groups.
+
 How fit chooses a node: **first fit in node-name order** among the nodes that pass every
 filter. kube-scheduler instead scores feasible nodes (by default it spreads:
 NodeResourcesFit LeastAllocated). For pods of one shape (one Deployment) the number that
@@ -42,7 +47,7 @@ pods) a node's inventory does not list are treated as unlimited.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from gpuvalues.errors import CapacityError
 from gpuvalues.planners.deviceplugin import DRA_GPU_CLASS
@@ -58,12 +63,21 @@ NOT_MODELLED = (
     "which physical GPU or MIG slice a pod gets (see `gpuvalues topo --best N`)",
 )
 PLACEMENT = "first fit in node-name order; pods queued by priority, then round-robin across workloads"
-WORKLOAD_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", "Job", "Pod")
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", "Job", "Pod", "LeaderWorkerSet")
+# LeaderWorkerSet (sigs.k8s.io/lws v0.9.0, api/leaderworkerset/v1/leaderworkerset_types.go):
+# a replica is a group of leaderWorkerTemplate.size pods, a leader and size-1 workers; with
+# this annotation every pod of a group shares one value of the named node label and no
+# other group of the set uses that value (the LWS pod webhook's required pod affinity and
+# anti-affinity).
+LWS_EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 _BASIC = ("cpu", "memory", "ephemeral-storage", "pods")
 _MSG_UNSCHEDULABLE = "node(s) were unschedulable"
 _MSG_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 _MSG_TOO_MANY_PODS = "Too many pods"
 _MSG_NODE_NAME = "node(s) didn't match the requested node name"
+# A LeaderWorkerSet group that no free domain holds whole: the scheduler's InterPodAffinity
+# reason for the required pod affinity the LWS webhook injects.
+_MSG_GROUP = "node(s) didn't match pod affinity rules"
 # Whole GPUs claimed through DRA (deviceplugin.DRA_GPU_CLASS) count as a resource of their
 # own; the DynamicResources filter's reason
 # (pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go).
@@ -101,6 +115,9 @@ class Workload:
     priority: int = 0
     pod_labels: tuple[tuple[str, str], ...] = ()
     anti_affinity: tuple = ()  # required terms: (topologyKey, (matchLabels, matchExpressions), namespaces|None)
+    group_size: int = 1                      # pods per replica (a LeaderWorkerSet group)
+    worker_shape: PodShape | None = None     # a group's workers (None: like the leader)
+    group_domain: str | None = None          # LWS exclusive-topology: one label value per group
 
     @property
     def ref(self) -> str:
@@ -387,6 +404,17 @@ def _workloads_from_manifests(objects: Sequence[Mapping]) -> tuple[list[Workload
             continue
         kind, spec = o["kind"], o.get("spec") or {}
         pod_spec = spec if kind == "Pod" else ((spec.get("template") or {}).get("spec") or {})
+        group_size, worker_shape, group_domain = 1, None, None
+        template_meta = meta if kind == "Pod" else ((spec.get("template") or {}).get("metadata") or {})
+        if kind == "LeaderWorkerSet":
+            lwt = spec.get("leaderWorkerTemplate") or {}
+            worker = lwt.get("workerTemplate") or {}
+            leader = lwt.get("leaderTemplate") or worker
+            pod_spec, template_meta = leader.get("spec") or {}, leader.get("metadata") or {}
+            group_size = int(lwt.get("size", 1))
+            if group_size > 1:
+                worker_shape = pod_shape(worker.get("spec") or {}, where)
+            group_domain = (meta.get("annotations") or {}).get(LWS_EXCLUSIVE_TOPOLOGY) or None
         shape = pod_shape(pod_spec, where)
         if not shape.gpu_requests and not shape.uses_dra:
             skipped.append(f"{where}: requests no nvidia.com/* resource")
@@ -423,14 +451,15 @@ def _workloads_from_manifests(objects: Sequence[Mapping]) -> tuple[list[Workload
         if ((pod_spec.get("affinity") or {}).get("podAffinity") or {}).get(
                 "requiredDuringSchedulingIgnoredDuringExecution"):
             warnings.append(f"{where} has required pod affinity; fit ignores it")
-        template_meta = meta if kind == "Pod" else ((spec.get("template") or {}).get("metadata") or {})
         workloads.append(Workload(kind=kind, namespace=ns, name=meta.get("name"), shape=shape,
                                   min_replicas=lo, max_replicas=hi, scaled_by=scaled_by,
                                   priority=priorities.get(pod_spec.get("priorityClassName"),
                                                           int(pod_spec.get("priority", 0) or 0)),
                                   pod_labels=tuple(sorted((str(k), str(v)) for k, v in
                                                           (template_meta.get("labels") or {}).items())),
-                                  anti_affinity=_anti_affinity_terms(pod_spec, where, warnings)))
+                                  anti_affinity=_anti_affinity_terms(pod_spec, where, warnings),
+                                  group_size=group_size, worker_shape=worker_shape,
+                                  group_domain=group_domain))
     return workloads, skipped, warnings
 
 
@@ -592,6 +621,7 @@ class _Cluster:
         self.keys = sorted({k for c in self.conflicts for k, _, _ in c})
         self.domains = {k: [self._domain(i, k) for i in range(len(self.nodes))] for k in self.keys}
         self.placed: dict[tuple[str, str], dict[int, int]] = {}
+        self.group_domains: dict[int, set[str]] = {}   # LWS: domains held by a group, per workload
 
     def _domain(self, i: int, key: str) -> str | None:
         value = self.nodes[i].labels.get(key)
@@ -650,6 +680,10 @@ class _Cluster:
         if k == len(feas):
             return None
         i = feas[k]
+        self._commit(w, shape, i)
+        return i
+
+    def _commit(self, w: int, shape: PodShape, i: int) -> None:
         free = self.free[i]
         for r, q in shape.requests:
             if r in free:
@@ -662,7 +696,45 @@ class _Cluster:
             if dom is not None:
                 slot = self.placed.setdefault((key, dom), {})
                 slot[w] = slot.get(w, 0) + 1
-        return i
+
+    def _snapshot(self) -> tuple[Any, ...]:
+        return ([dict(f) for f in self.free], list(self.pods_free), list(self.pod_count),
+                list(self.cursor), {k: dict(v) for k, v in self.placed.items()},
+                {k: set(v) for k, v in self.group_domains.items()})
+
+    def _restore(self, saved: tuple[Any, ...]) -> None:
+        (self.free, self.pods_free, self.pod_count, self.cursor, self.placed,
+         self.group_domains) = saved
+
+    def place_group(self, w: int) -> list[int] | None:
+        """All or nothing: the nodes of one LeaderWorkerSet group (leader first, then the
+        workers, first fit each), inside one domain of its exclusive-topology label that no
+        other group of the set holds (domains in label-value order); None, with nothing
+        placed, when no domain holds the whole group."""
+        wl = self.workloads[w]
+        shapes = [wl.shape] + [wl.worker_shape or wl.shape] * (wl.group_size - 1)
+        taken = self.group_domains.setdefault(w, set())
+        domains: list[str | None] = [None]
+        if wl.group_domain:
+            label = wl.group_domain
+            domains = [d for d in sorted({n.labels[label] for n in self.nodes if label in n.labels} - taken)]
+        for dom in domains:
+            saved = self._snapshot()
+            got: list[int] = []
+            for shape in shapes:
+                i = next((i for i in self._static(shape)
+                          if (dom is None or self.nodes[i].labels.get(wl.group_domain or "") == dom)
+                          and self._fits(shape, i) and not self._anti_reason(w, i)), None)
+                if i is None:
+                    break
+                self._commit(w, shape, i)
+                got.append(i)
+            if len(got) == len(shapes):
+                if dom is not None:
+                    self.group_domains[w].add(dom)
+                return got
+            self._restore(saved)
+        return None
 
     def diagnose(self, w: int) -> str:
         """FitError for one more pod of workload w, against the current state."""
@@ -680,11 +752,21 @@ class _Cluster:
             anti = self._anti_reason(w, i)
             if anti:
                 reasons.append(anti)
+            elif self.workloads[w].group_size > 1:
+                # the node could take a pod, but no domain holds the whole group
+                reasons.append(_MSG_GROUP)
         return fit_error(len(self.nodes), reasons)
 
     def extra(self, w: int) -> int:
         """How many more pods of workload w fit now, alone."""
         shape = self.workloads[w].shape
+        if self.workloads[w].group_size > 1:   # whole groups, placed for real on a copy
+            saved = self._snapshot()
+            groups = 0
+            while self.place_group(w) is not None:
+                groups += 1
+            self._restore(saved)
+            return groups
         if self.conflicts[w]:  # place them for real on a copy of the state
             saved = ([dict(f) for f in self.free], list(self.pods_free), list(self.pod_count), list(self.cursor),
                      {k: dict(v) for k, v in self.placed.items()})
@@ -712,6 +794,14 @@ def _simulate(name: str, workloads: Sequence[Workload], inventory: Inventory, co
         for rnd in range(max((counts[w] for w in members), default=0)):
             for w in members:
                 if rnd < counts[w]:
+                    if workloads[w].group_size > 1:   # a group: all its pods or none
+                        got = cluster.place_group(w)
+                        if got is not None:
+                            scheduled[w] += 1
+                            for j in got:
+                                node = cluster.nodes[j].name
+                                placed[w][node] = placed[w].get(node, 0) + 1
+                        continue
                     i = cluster.place(w)
                     if i is not None:
                         scheduled[w] += 1
