@@ -30,7 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gpuvalues.operations import config as configlib  # noqa: E402
 from gpuvalues.operations import controller as ctl  # noqa: E402
+from gpuvalues.operations import metrics as metricslib  # noqa: E402
 from gpuvalues.operations.remediation import Config  # noqa: E402
 from gpuvalues.operations.signals import Prometheus, SignalConfig  # noqa: E402
 from tests.faultproxy import FaultProxy  # noqa: E402
@@ -152,17 +154,17 @@ def main(argv=None) -> int:
                 raise SystemExit("Prometheus never scraped the exporter")
             time.sleep(0.5)
         proxy = FaultProxy(url).start()
-        opts = ctl.Options(prometheus_url=proxy.url, once=True, lease_duration_s=90, signals=scfg,
+        opts = configlib.Options(prometheus_url=proxy.url, once=True, lease_duration_s=90, signals=scfg,
                            machine=Config(breaker_max_nodes=500, breaker_max_percent=50, max_new_quarantines_per_sync=50),
                            evictions_per_minute=6000)
         times, prom_times = [], []
         core = Core(nodes_json(a.nodes, a.gpus))
         for _ in range(a.runs):
             c = ctl.Controller.__new__(ctl.Controller)
-            c.opts, c.core, c.prom, c.metrics, c.elector = opts, core, Prometheus(proxy.url, timeout=10), ctl.Metrics(), None
+            c.opts, c.core, c.prom, c.metrics, c.elector = opts, core, Prometheus(proxy.url, timeout=10), metricslib.Metrics(), None
             from gpuvalues.operations import drain as drainlib
             c.drainer = drainlib.Drainer(core, max_per_step=50, guard=c._guard)
-            c.bucket, c.shadow, c._said, c.stopping = ctl.TokenBucket(6000), {}, {}, threading.Event()
+            c.bucket, c.shadow, c._said, c.stopping = drainlib.TokenBucket(6000), {}, {}, threading.Event()
             c.latched = frozenset()
             t0 = time.perf_counter()
             c.prom.collect(scfg)

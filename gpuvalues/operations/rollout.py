@@ -45,6 +45,8 @@ import yaml
 from gpuvalues.catalog import mig_resource_name
 from gpuvalues.errors import GpuValuesError
 from gpuvalues.operations import drain
+from gpuvalues.operations import events as eventlib
+from gpuvalues.operations.kubeapi import MAX_LIST_BYTES, read_json
 
 PREFIX = "rollout.gpu-inference.io"
 ROLLOUT_ANNOTATION = f"{PREFIX}/state"
@@ -607,13 +609,15 @@ def _selector_matches(selector: Mapping | None, labels: Mapping[str, str]) -> bo
 def pods_and_budgets(core, policy, nodes: Iterable[str]) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
     """GPU pods per node per PDB (`namespace/name`) and each PDB's disruptionsAllowed, read
     from the cluster (`core`: CoreV1Api, `policy`: PolicyV1Api)."""
-    pdbs = json.loads(policy.list_pod_disruption_budget_for_all_namespaces(_preload_content=False).data)["items"]
+    pdbs = read_json(policy.list_pod_disruption_budget_for_all_namespaces(_preload_content=False), MAX_LIST_BYTES,
+                     what="the PodDisruptionBudget list")["items"]
     allowance = {f"{p['metadata']['namespace']}/{p['metadata']['name']}":
                  int((p.get("status") or {}).get("disruptionsAllowed", 0)) for p in pdbs}
     wanted = set(nodes)
     per: dict[str, Counter] = {n: Counter() for n in wanted}
     # one LIST of every pod (not one per node: a 16k-node rollout would make 16k calls)
-    items = json.loads(core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+    items = read_json(core.list_pod_for_all_namespaces(_preload_content=False), MAX_LIST_BYTES,
+                      what="the pod list")["items"]
     for pod in items:
         node = (pod.get("spec") or {}).get("nodeName")
         if node not in wanted or drain.skip_reason(pod) or not drain.is_gpu_pod(pod):
@@ -688,7 +692,7 @@ def check_cluster(nodes: Mapping[str, Mapping], replan: ReplanFile) -> None:
 
 def list_nodes(core) -> dict[str, dict]:
     """Every Node, by name (one LIST, read as JSON)."""
-    items = json.loads(core.list_node(_preload_content=False).data).get("items") or []
+    items = read_json(core.list_node(_preload_content=False), MAX_LIST_BYTES, what="the node list").get("items") or []
     return {n["metadata"]["name"]: n for n in items}
 
 
@@ -738,7 +742,7 @@ class NodeResult:
 
 
 def _read(core, name: str) -> dict:
-    return json.loads(core.read_node(name, _preload_content=False).data)
+    return read_json(core.read_node(name, _preload_content=False), what=f"node {name}")
 
 
 def advertises(node: Mapping, expected: Mapping[str, int]) -> bool:
@@ -801,21 +805,12 @@ class Rollout:
         self.log(f"{name}: {message}")
         if not self.events:
             return
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        body = {"apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": f"{name}.", "namespace": "default"},
-                "involvedObject": {"kind": "Node", "name": name, "uid": node["metadata"].get("uid", ""),
-                                   "apiVersion": "v1"},
-                "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
-                "source": {"component": EVENT_COMPONENT}, "reportingComponent": EVENT_COMPONENT,
-                "reportingInstance": EVENT_COMPONENT, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
-        try:
-            self.core.create_namespaced_event("default", body)
-        except (ApiException, HTTPError) as exc:
-            self.log(f"{name}: event {reason} not recorded: {exc}")
+        body = eventlib.event_body(kind="Node", name=name, namespace="", uid=node["metadata"].get("uid", ""),
+                                   reason=reason, message=message, warning=warning, component=EVENT_COMPONENT,
+                                   instance=EVENT_COMPONENT)
+        refused = eventlib.post(self.core, body)
+        if refused:
+            self.log(f"{name}: event {reason} not recorded: {refused}")
 
     def _write(self, node: dict, change: NodeChange, step: str, labels: Mapping | None = None,
                **extra: Any) -> dict:
@@ -829,7 +824,7 @@ class Rollout:
         resp = self.core.patch_node(change.node, {"metadata": meta}, _content_type="application/merge-patch+json",
                                     _preload_content=False)
         self.results[change.node].steps.append(step)
-        return json.loads(resp.data)
+        return read_json(resp, what=f"node {change.node}")
 
     def advance(self, change: NodeChange) -> bool:
         """One step of `change`'s node; True once it is done. A write that loses a race with
@@ -951,7 +946,8 @@ def apply_mig_parted_config(core, namespace: str, name: str, cfg: Mapping, key: 
     from gpuvalues import yamlio
 
     try:
-        cm = json.loads(core.read_namespaced_config_map(name, namespace, _preload_content=False).data)
+        cm = read_json(core.read_namespaced_config_map(name, namespace, _preload_content=False),
+                       what=f"configmap {namespace}/{name}")
     except ApiException as exc:
         raise RolloutError(f"configmap {namespace}/{name}: {exc.status} {exc.reason}") from None
     # what is in the cluster is read as untrusted as a file (aliases bounded, one document)

@@ -25,7 +25,7 @@ import urllib.request
 import pytest
 import yaml
 
-from gpuvalues.operations.controller import BREAKER_ANNOTATION
+from gpuvalues.operations.lease import BREAKER_ANNOTATION
 from gpuvalues.operations.remediation import ANN_RECORD, ANN_STATE, TAINT_KEY
 from tests.e2e.conftest import POOL
 from tests.e2e.test_remediation import (SYNC, Remediator, _gpu_deployment, controller_events, lease_holder,
@@ -237,10 +237,10 @@ def test_slow_huge_hanging_prometheus_keeps_one_leader_healthz_and_sigterm(kube,
             sig.exporter.xid.pop(x)
         for mode, kw in (("slow", {"slow_s": 5.0}), ("hang", {}), ("huge", {"huge_series": 250_000}), ("error", {})):
             proxy.set(mode, **kw)
-            skipped = rem.sample("a", 'gpu_remediation_syncs_total{result="skipped"}')
+            skipped = rem.sample("a", 'gpu_remediation_syncs_total{result="source-down"}')
             renew = _lease(kube, namespace)["spec"]["renewTime"]
-            e2e_wait(f"{mode}: a sync ends (skipped) within its deadline",
-                     lambda: rem.sample("a", 'gpu_remediation_syncs_total{result="skipped"}') > skipped, timeout=15)
+            e2e_wait(f"{mode}: a sync ends (source-down) within its deadline",
+                     lambda: rem.sample("a", 'gpu_remediation_syncs_total{result="source-down"}') > skipped, timeout=15)
             e2e_wait(f"{mode}: the Lease renewed", lambda: _lease(kube, namespace)["spec"]["renewTime"] != renew,
                      timeout=10)
             with urllib.request.urlopen(f"http://127.0.0.1:{rem.procs['a'][1]}/healthz", timeout=5) as r:

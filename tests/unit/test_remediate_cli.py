@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from gpuvalues import cli
-from gpuvalues.operations import controller
+from gpuvalues.operations import config, controller, drain, kubeapi, metrics
 
 
 def run_cli(capsys, *args) -> tuple[int, str]:
@@ -70,7 +70,7 @@ def test_config_schema_is_the_values_schema_definition():
     rem = values["$defs"]["platform"]["properties"]["remediation"]["properties"]
     shared = {k for k in rem if k in cfg}
     assert shared and all(rem[k] == {"$ref": f"#/$defs/remediationConfig/properties/{k}"} for k in shared)
-    assert not hasattr(controller, "_KEYS")
+    assert not hasattr(config, "_KEYS") and not hasattr(controller, "_KEYS")
 
 
 def _args(**kw):
@@ -84,17 +84,17 @@ def test_flags_win_over_the_config(tmp_path):
     f = tmp_path / "c.yaml"
     f.write_text("syncPeriodSeconds: 10\nprometheusUrl: http://a:9090\nsignals: {nvlink: false, exporterMissing: ignore}\n"
                  "nodeSelector: pool=a\n")
-    o = controller.options_from_args(_args(config=str(f), sync_period=4.0))
+    o = config.options_from_args(_args(config=str(f), sync_period=4.0))
     assert o.sync_period_s == 4.0 and o.prometheus_url == "http://a:9090"
     assert o.lease_duration_s == 15.0          # default: max(15, 3 sync periods)
     assert "nvlink" not in o.signals.enabled and "exporter" not in o.signals.enabled
     assert o.node_selector == "pool=a"
-    o = controller.options_from_args(_args(config=str(f), sync_period=20.0))
+    o = config.options_from_args(_args(config=str(f), sync_period=20.0))
     assert o.lease_duration_s == 60.0
 
 
 def test_metrics_text():
-    m = controller.Metrics()
+    m = metrics.Metrics()
     m.nodes["drained"] = 2
     m.evictions = {"evicted": 3, "blocked": 1}
     m.breaker_trips = 4
@@ -114,7 +114,7 @@ def test_metrics_text():
 
 def test_token_bucket():
     t = [0.0]
-    b = controller.TokenBucket(60, burst=2, clock=lambda: t[0])   # 1 per second
+    b = drain.TokenBucket(60, burst=2, clock=lambda: t[0])   # 1 per second
     assert b.take_up_to(5) == 2
     assert b.take_up_to(5) == 0
     t[0] = 1.5
@@ -134,7 +134,7 @@ def test_repeated_reports_are_rate_limited():
 
 def test_healthz_reflects_the_loop_progress():
     t = [100.0]
-    m = controller.Metrics(clock=lambda: t[0])
+    m = metrics.Metrics(clock=lambda: t[0])
     m.stale_after = 30.0
     assert m.healthy()
     t[0] = 129.0
@@ -180,7 +180,7 @@ def test_api_requests_get_a_timeout():
     class Api:
         rest_client = Rest()
 
-    api = controller._with_deadlines(Api(), 7.0)
+    api = kubeapi.with_deadlines(Api(), 7.0)
     api.rest_client.request("GET", "u")
     api.rest_client.request("GET", "u", _request_timeout=1)
     assert seen == [(5.0, 7.0), 1]
