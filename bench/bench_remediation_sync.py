@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import http.server
+import io
 import json
 import socket
 import statistics
@@ -65,12 +66,8 @@ class _H(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class Resp:
-    def __init__(self, data: bytes):
-        self.data = data
-
-    def read(self, n=-1):
-        return self.data if n < 0 else self.data[:n]
+class Resp(io.BytesIO):
+    """An unpreloaded answer: read as a stream (kubeapi.read_json reads it in bounded chunks)."""
 
 
 class Core:
@@ -88,6 +85,10 @@ class Core:
 
     def patch_node(self, name, body, **kw):
         self.patches += 1
+        self._patched(name, body)
+        return Resp(b"{}")
+
+    def _patched(self, name, body):
         meta = self.nodes[name]["metadata"]
         for k, v in (body.get("metadata") or {}).get("annotations", {}).items():
             meta.setdefault("annotations", {})[k] = v
@@ -96,9 +97,10 @@ class Core:
 
     def patch_node_status(self, name, body, **kw):
         self.patches += 1
+        return Resp(b"{}")
 
-    def create_namespaced_event(self, ns, body):
-        pass
+    def create_namespaced_event(self, ns, body, **kw):
+        return Resp(b"{}")
 
     def list_pod_for_all_namespaces(self, **kw):
         return Resp(b'{"items": []}')

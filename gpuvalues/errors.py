@@ -218,6 +218,10 @@ CODES = {
               "re-plan against the current cluster, or remove a malformed rollout state annotation"),
     "GV049": ("a rollout stopped: mig-manager failed or a wave timed out",
               "see the node's Events and mig-manager's logs, fix, then rerun (it resumes)"),
+    "GV070": ("an API server answer larger than its cap (transient; exit 3)",
+              "check what grew (a node or pod list, a forged answer); a selector narrows what is read"),
+    "GV071": ("a rollout skipped nodes whose rollout state annotation went bad while it ran",
+              "see the node's MigRolloutSkipped Event; remove the annotation (the message gives the command) and rerun"),
     "GV100": ("bad input", "fix the value the message names"),
 }
 

@@ -98,7 +98,8 @@ def options_from_args(args: Any) -> Options:
                             conditions=tuple(cfg.get("conditions", defaults_s.conditions)),
                             exporter_missing_acts=exporter == "act",
                             gpu_resource_prefix=cfg.get("gpuResourcePrefix", defaults_s.gpu_resource_prefix),
-                            exporter_job=cfg.get("exporterJob", ""), exporter_namespace=cfg.get("exporterNamespace", ""))
+                            exporter_job=cfg.get("exporterJob", ""), exporter_namespace=cfg.get("exporterNamespace", ""),
+                            max_sample_age_s=float(cfg.get("maxSampleAgeSeconds") or defaults_s.max_sample_age_s))
     except ValueError as e:
         raise RemediateError(str(e), source=src) from None
     m = defaults_m

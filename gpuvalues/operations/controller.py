@@ -32,7 +32,7 @@ from gpuvalues.errors import GpuValuesError, TransientError
 from gpuvalues.operations import drain as drainlib
 from gpuvalues.operations import events as eventlib
 from gpuvalues.operations.config import Options, RemediateError
-from gpuvalues.operations.kubeapi import MAX_LIST_BYTES, MAX_OBJECT_BYTES, api_client_for, read_json
+from gpuvalues.operations.kubeapi import MAX_LIST_BYTES, MAX_OBJECT_BYTES, answered, api_client_for, read_json
 from gpuvalues.operations.lease import BREAKER_ANNOTATION, LeaseElector
 from gpuvalues.operations.metrics import Metrics, serve_metrics
 from gpuvalues.operations.remediation import (CONDITION_TYPE, MAX_REASON, RESET_LABEL, TAINT_EFFECT, TAINT_KEY,
@@ -263,7 +263,8 @@ class Controller:
 
         name = name or node["metadata"]["name"]
         if expect is None:
-            self.core.patch_node(name, body, _content_type="application/merge-patch+json")
+            answered(self.core.patch_node(name, body, _content_type="application/merge-patch+json",
+                                          _preload_content=False), f"node {name}")
             return
         for attempt in range(3):
             self._guard()
@@ -275,7 +276,8 @@ class Controller:
             b = json.loads(json.dumps(body))
             b["metadata"]["resourceVersion"] = fresh["metadata"]["resourceVersion"]
             try:
-                self.core.patch_node(name, b, _content_type="application/merge-patch+json")
+                answered(self.core.patch_node(name, b, _content_type="application/merge-patch+json",
+                                              _preload_content=False), f"node {name}")
                 return
             except ApiException as e:
                 if e.status != 409 or attempt == 2:
@@ -290,8 +292,9 @@ class Controller:
                     "lastHeartbeatTime": now, "lastTransitionTime": now}
         else:
             cond = {"type": CONDITION_TYPE, "$patch": "delete"}
-        self.core.patch_node_status(name, {"status": {"conditions": [cond]}},
-                                    _content_type="application/strategic-merge-patch+json")
+        answered(self.core.patch_node_status(name, {"status": {"conditions": [cond]}},
+                                             _content_type="application/strategic-merge-patch+json",
+                                             _preload_content=False), f"node {name}")
 
     def _drain(self, node: dict, d) -> Record:
         name = node["metadata"]["name"]
@@ -350,7 +353,7 @@ class Controller:
                     kind = "deadline"
                 except Exception as e:
                     self.failure = _as_error(e) or e
-                    if isinstance(e, GpuValuesError):
+                    if isinstance(self.failure, GpuValuesError):
                         log.warning("sync failed: %s", e)
                     else:
                         log.exception("sync failed")

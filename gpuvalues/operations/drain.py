@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from gpuvalues.operations.kubeapi import MAX_LIST_BYTES, read_json
+from gpuvalues.operations.kubeapi import MAX_LIST_BYTES, answered, read_json
 from gpuvalues.operations.remediation import PREFIX
 
 OWNER_ANNOTATION = f"{PREFIX}/owners"
@@ -267,7 +267,8 @@ class Drainer:
             delete_options=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None,
                                                   dry_run=["All"] if self.dry_run else None))
         try:
-            self.core.create_namespaced_pod_eviction(name, namespace, body)
+            answered(self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False),
+                     f"the eviction of {namespace}/{name}")
             return Eviction(namespace, name, uid, "evicted")
         except ApiException as e:
             return Eviction(namespace, name, uid, _outcome(e.status), _message(e))
@@ -278,9 +279,9 @@ class Drainer:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self.core.delete_namespaced_pod(name, namespace, body=client.V1DeleteOptions(
+            answered(self.core.delete_namespaced_pod(name, namespace, body=client.V1DeleteOptions(
                 preconditions=client.V1Preconditions(uid=uid) if uid else None,
-                dry_run=["All"] if self.dry_run else None))
+                dry_run=["All"] if self.dry_run else None), _preload_content=False), f"the delete of {namespace}/{name}")
             return Eviction(namespace, name, uid, "deleted")
         except ApiException as e:
             return Eviction(namespace, name, uid, "gone" if e.status == 404 else "error", _message(e))
@@ -334,8 +335,9 @@ def _patch(core, node: dict, spec: dict | None, annotations: dict | None, dry_ru
         body["metadata"]["annotations"] = annotations
     if spec is not None:
         body["spec"] = spec
-    core.patch_node(node["metadata"]["name"], body, _content_type="application/merge-patch+json",
-                    **({"dry_run": "All"} if dry_run else {}))
+    answered(core.patch_node(node["metadata"]["name"], body, _content_type="application/merge-patch+json",
+                             _preload_content=False, **({"dry_run": "All"} if dry_run else {})),
+             f"node {node['metadata']['name']}")
 
 
 def cordon(core, name: str, owner: str, dry_run: bool = False) -> bool:

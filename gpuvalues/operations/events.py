@@ -14,6 +14,8 @@ import datetime as dt
 import socket
 from typing import Any
 
+from gpuvalues.errors import GpuValuesError
+from gpuvalues.operations.kubeapi import answered
 from gpuvalues.operations.remediation import MAX_REASON, clip
 
 
@@ -48,7 +50,8 @@ def post(core: Any, body: dict[str, Any]) -> str | None:
     from urllib3.exceptions import HTTPError
 
     try:
-        core.create_namespaced_event(body["metadata"]["namespace"], body)
-    except (ApiException, HTTPError) as exc:
+        answered(core.create_namespaced_event(body["metadata"]["namespace"], body, _preload_content=False),
+                 "an Event")
+    except (ApiException, HTTPError, GpuValuesError) as exc:
         return str(getattr(exc, "reason", None) or exc)
     return None

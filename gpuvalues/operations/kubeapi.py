@@ -28,7 +28,7 @@ READ_CHUNK = 256 * 2**10
 
 
 class AnswerTooLarge(TransientError):
-    """An answer (API server or Prometheus) past its size cap: refused before it is parsed,
+    """An API server answer past its size cap: refused before it is parsed,
     so memory stays bounded. Transient (exit 3): the cluster is not the caller's input."""
 
     code = "GV070"
@@ -52,7 +52,7 @@ def read_json(resp: Any, limit: int = MAX_OBJECT_BYTES, *, timeout_s: float = 30
             parts.append(chunk)
             size += len(chunk)
             if size > limit:
-                raise AnswerTooLarge(f"{what}: answer larger than {limit // 2**20} MiB: refused")
+                raise AnswerTooLarge(f"{what}: answer larger than {limit / 2**20:g} MiB: refused")
             if time.monotonic() > end:
                 raise TransientError(f"{what}: answer not read within {timeout_s:g} s (deadline): refused")
     except GpuValuesError:
@@ -68,6 +68,12 @@ def read_json(resp: Any, limit: int = MAX_OBJECT_BYTES, *, timeout_s: float = 30
         return json.loads(b"".join(parts))
     except (ValueError, RecursionError):
         raise TransientError(f"{what}: the answer is not JSON") from None
+
+
+def answered(resp: Any, what: str = "the API server") -> None:
+    """Read (and drop) the answer to a write made with `_preload_content=False`, bounded as
+    `read_json` bounds it: the client would otherwise read and deserialize it whole."""
+    read_json(resp, what=what)
 
 
 def _close(resp: Any) -> None:

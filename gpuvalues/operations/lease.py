@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from gpuvalues.errors import GpuValuesError
 from gpuvalues.operations.events import now_micro
-from gpuvalues.operations.kubeapi import read_json
+from gpuvalues.operations.kubeapi import answered, read_json
 from gpuvalues.operations.remediation import PREFIX
 
 # On the Lease: the breaker pools latched open (JSON list; "" is the whole fleet).
@@ -68,7 +68,7 @@ class LeaseElector:
         ann = lease.setdefault("metadata", {}).setdefault("annotations", {}) or {}
         ann[BREAKER_ANNOTATION] = json.dumps(sorted(pools))
         lease["metadata"]["annotations"] = ann
-        self.api.replace_namespaced_lease(self.name, self.ns, lease)
+        answered(self.api.replace_namespaced_lease(self.name, self.ns, lease, _preload_content=False), "the Lease")
         self._lease = lease
 
     def is_leader(self) -> bool:
@@ -90,7 +90,7 @@ class LeaseElector:
                     "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.duration),
                              "acquireTime": now_micro(), "renewTime": now_micro(), "leaseTransitions": 0}}
             try:
-                self.api.create_namespaced_lease(self.ns, body)
+                answered(self.api.create_namespaced_lease(self.ns, body, _preload_content=False), "the Lease")
             except ApiException:
                 return False
             self._renewed_at = now
@@ -110,7 +110,7 @@ class LeaseElector:
             new_spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
         lease["spec"] = new_spec
         try:
-            self.api.replace_namespaced_lease(self.name, self.ns, lease)
+            answered(self.api.replace_namespaced_lease(self.name, self.ns, lease, _preload_content=False), "the Lease")
         except ApiException as e:
             log.info("lease %s/%s: lost the race (%s)", self.ns, self.name, e.status)
             return self.is_leader() if holder == self.identity else False
@@ -129,6 +129,7 @@ class LeaseElector:
             lease = self._read()
             if (lease.get("spec") or {}).get("holderIdentity") == self.identity:
                 lease["spec"]["holderIdentity"] = None
-                self.api.replace_namespaced_lease(self.name, self.ns, lease)
+                answered(self.api.replace_namespaced_lease(self.name, self.ns, lease, _preload_content=False),
+                         "the Lease")
         except (ApiException, GpuValuesError):
             pass

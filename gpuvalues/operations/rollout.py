@@ -24,6 +24,9 @@ touched. Waves (`plan_waves`, pure) hold at most
 `disruptionsAllowed` pods across the wave's nodes (a node whose pods alone exceed it goes
 alone; the Eviction API then paces it). Progress lives on the node (annotation
 `ROLLOUT_ANNOTATION`: target config and step), so a rollout that stops resumes where it was.
+A node whose annotation stops parsing while the rollout runs (`BadNodeState`) is skipped
+with a Warning Event and left as it is; the others go on, and `run()` then raises GV071.
+Every answer from the API server is read with a size cap and a deadline (kubeapi.py).
 
 Public API: `NodeChange`, `Wave`, `load_replan(path)`, `replan_changes(data)`, `ReplanFile`,
 `changes_from_replan(d)`, `check_option`, `check_cluster`, `parse_state`, `expected_resources(devices)`,
@@ -46,7 +49,7 @@ from gpuvalues.catalog import mig_resource_name
 from gpuvalues.errors import GpuValuesError
 from gpuvalues.operations import drain
 from gpuvalues.operations import events as eventlib
-from gpuvalues.operations.kubeapi import MAX_LIST_BYTES, read_json
+from gpuvalues.operations.kubeapi import MAX_LIST_BYTES, answered, read_json
 
 PREFIX = "rollout.gpu-inference.io"
 ROLLOUT_ANNOTATION = f"{PREFIX}/state"
@@ -68,6 +71,11 @@ class RolloutInputError(RolloutError):
     name or label value Kubernetes would refuse; GV048 for a cluster that does not match)."""
 
     code = "GV046"
+
+
+class BadNodeState(RolloutInputError):
+    """A node's rollout state annotation that does not parse (GV048): refused before the
+    first action (`check_cluster`); found while the rollout runs, that node is skipped."""
 
 
 @dataclass(frozen=True)
@@ -647,8 +655,8 @@ def parse_state(node: Mapping) -> dict:
     if raw is None:
         return {}
 
-    def bad(why: str) -> RolloutInputError:
-        return RolloutInputError(f"node {name}: {why}; remove it to restart this node's rollout "
+    def bad(why: str) -> BadNodeState:
+        return BadNodeState(f"node {name}: {why}; remove it to restart this node's rollout "
                                  f"(kubectl annotate node {name} {ROLLOUT_ANNOTATION}-)",
                                  source=f"node/{name}", field=f"metadata.annotations[{ROLLOUT_ANNOTATION}]",
                                  code="GV048")
@@ -739,6 +747,7 @@ class NodeResult:
     steps: list[str] = field(default_factory=list)
     evicted: list[str] = field(default_factory=list)
     done: bool = False
+    skipped: str = ""        # why the rollout left this node (its state annotation went bad)
 
 
 def _read(core, name: str) -> dict:
@@ -921,7 +930,12 @@ class Rollout:
             deadline = self.clock() + self.timeout
             while pending:
                 for name in sorted(pending):
-                    if self.advance(pending[name]):
+                    try:
+                        done = self.advance(pending[name])
+                    except BadNodeState as exc:   # rewritten while we ran: this node only
+                        self._skip(pending[name], exc)
+                        done = True
+                    if done:
                         del pending[name]
                 if not pending:
                     break
@@ -933,7 +947,22 @@ class Rollout:
                     raise RolloutError(f"wave {wave.index} not done after {self.timeout:g} s: "
                                        f"{', '.join(sorted(pending))} (rerun to resume)")
                 self.sleep(self.poll)
+        skipped = sorted(n for n, r in self.results.items() if r.skipped)
+        if skipped:
+            raise RolloutError(f"{len(skipped)} node(s) skipped, their rollout state annotation went bad while the "
+                               f"rollout ran: {', '.join(skipped)} (every other node is done; see their "
+                               f"MigRolloutSkipped Events, remove the annotation and rerun)", code="GV071")
         return self.results
+
+    def _skip(self, change: NodeChange, exc: BadNodeState) -> None:
+        """Leave a node whose state annotation no longer parses as it is (a Warning Event says
+        how it was left); the rest of the rollout goes on."""
+        res = self.results.setdefault(change.node, NodeResult(change.node, change.to))
+        res.skipped = exc.message
+        node = _read(self.core, change.node)
+        cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+        self.event(node, "MigRolloutSkipped", f"skipped: {exc.message}; the node is left as it is"
+                   f"{' (still cordoned)' if cordoned else ''}", warning=True)
 
 
 def apply_mig_parted_config(core, namespace: str, name: str, cfg: Mapping, key: str = "config.yaml",
@@ -960,6 +989,7 @@ def apply_mig_parted_config(core, namespace: str, name: str, cfg: Mapping, key: 
               "mig-configs": {**(current.get("mig-configs") or {}), **cfg.get("mig-configs", {})}}
     body = {"metadata": {"resourceVersion": cm["metadata"]["resourceVersion"]},
             "data": {key: yaml.safe_dump(merged, sort_keys=False)}}
-    core.patch_namespaced_config_map(name, namespace, body, _content_type="application/merge-patch+json",
-                                     **({"dry_run": "All"} if dry_run else {}))
+    answered(core.patch_namespaced_config_map(name, namespace, body, _content_type="application/merge-patch+json",
+                                              _preload_content=False, **({"dry_run": "All"} if dry_run else {})),
+             f"configmap {namespace}/{name}")
     return sorted(cfg.get("mig-configs", {}))
