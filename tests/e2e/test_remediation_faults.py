@@ -54,13 +54,15 @@ class PerNodeExporter(http.server.ThreadingHTTPServer):
         self.xid: dict[str, int] = {}
         self.down: set[str] = set()
         self.stamped: set[str] = set()
+        self.lowercase: set[str] = set()     # label `hostname` (dcgm-exporter after d5e5f51)
         self.frozen: dict[str, float] = {}
 
     def body(self, n: str) -> str | None:
         with self.lock:
             if n in self.down:
                 return None
-            lab = f'gpu="0",UUID="GPU-{n}",device="nvidia0",modelName="NVIDIA A100-SXM4-80GB",Hostname="{n}"'
+            host = "hostname" if n in self.lowercase else "Hostname"
+            lab = f'gpu="0",UUID="GPU-{n}",device="nvidia0",modelName="NVIDIA A100-SXM4-80GB",{host}="{n}"'
             ts = f" {int(self.frozen.get(n, time.time()) * 1000)}" if n in self.stamped else ""
             out = ["# TYPE DCGM_FI_DEV_GPU_TEMP gauge", f"DCGM_FI_DEV_GPU_TEMP{{{lab}}} 40{ts}"]
             if n in self.xid:
@@ -131,7 +133,8 @@ class Signals:
             return json.loads(r.read())["data"]["result"]
 
     def present(self) -> set[str]:
-        return {s["metric"].get("Hostname") for s in self.query(f'DCGM_FI_DEV_GPU_TEMP{{job="{JOB}"}}')}
+        return {s["metric"].get("Hostname") or s["metric"].get("hostname")
+                for s in self.query(f'DCGM_FI_DEV_GPU_TEMP{{job="{JOB}"}}')}
 
     def has_xid(self, n: str) -> bool:
         return bool(self.query(f'DCGM_EXP_XID_ERRORS_COUNT{{job="{JOB}",Hostname="{n}"}}'))
@@ -467,17 +470,20 @@ def test_forged_draining_records_do_not_drain_past_the_breaker(kube, namespace, 
 def test_stale_samples_and_a_replayed_answer_are_not_health(kube, namespace, pool, sig, proxy, tmp_path):
     """x's exporter freezes on its last reading (target up, sample timestamp fixed): Prometheus
     returns that sample for 5 minutes and the earlier controller took it for health. Then
-    every answer arrives an hour old (replayed): not used either. Fresh data releases x."""
-    [x] = pool("rem-stale", [1])
+    every answer arrives an hour old (replayed): not used either. Fresh data releases x.
+    Meanwhile y's record is rewritten into something that does not parse, between two
+    syncs: y alone is skipped (an Event), the rest of the fleet goes on."""
+    x, y = pool("rem-stale", [1, 1])
     with sig.exporter.lock:
         sig.exporter.stamped.add(x)
-    sig.watch([x])
+    sig.watch([x, y])
     rem = remediator(kube, namespace, tmp_path, proxy, "rem-stale", maxSampleAgeSeconds=4)
     try:
         rem.start("s")
         with sig.exporter.lock:
             sig.exporter.xid[x] = 79
         e2e_wait("x quarantined", lambda: held(kube, x), timeout=20)
+        kube.kubectl("annotate", "node", y, f"{ANN_STATE}=drained", f'{ANN_RECORD}={{"since":"later"}}')
         with sig.exporter.lock:
             sig.exporter.xid.pop(x)                       # the Xid goes, the last reading stays
             sig.exporter.frozen[x] = time.time()
@@ -486,7 +492,9 @@ def test_stale_samples_and_a_replayed_answer_are_not_health(kube, namespace, poo
         assert x in sig.present(), "Prometheus no longer returns the frozen sample: the scenario is void"
         assert held(kube, x), "released on a stale sample"
         assert events_on(kube, "NoHealthEvidence", x)
-        assert rem.sample("s", "gpu_remediation_nodes_without_evidence") == 1
+        assert rem.sample("s", "gpu_remediation_nodes_without_evidence") >= 1
+        assert events_on(kube, "InvalidRemediationRecord", y) and not held(kube, y)
+        assert rem.sample("s", "gpu_remediation_invalid_records") == 1
         # the exporter recovers but every answer is an hour old: Prometheus counts as down
         with sig.exporter.lock:
             sig.exporter.frozen.pop(x)
@@ -523,3 +531,35 @@ def test_once_with_prometheus_unreachable_exits_3(kube, capsys):
     assert rc == 3, err
     assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0] and lines[0].endswith("[GV036]"), err
     assert "Traceback" not in err
+
+
+def test_nan_and_zero_are_no_fault_and_the_new_label_spelling_is_read(kube, namespace, pool, sig, proxy, tmp_path):
+    """x has Xid 79 in the exporter, but every value Prometheus answers is NaN, then 0: no
+    quarantine (the earlier controller counted any sample as a fault). y's exporter names
+    its node with `hostname` (dcgm-exporter after d5e5f51): its Xid is read."""
+    x, y = pool("rem-values", [1, 1])
+    with sig.exporter.lock:
+        sig.exporter.lowercase.add(y)
+    sig.watch([x, y])
+    rem = remediator(kube, namespace, tmp_path, proxy, "rem-values")
+    try:
+        with sig.exporter.lock:
+            sig.exporter.xid[x] = 79
+        e2e_wait("the Xid in Prometheus", lambda: sig.has_xid(x), timeout=15)
+        for value in ("NaN", "0"):
+            proxy.set("values", value=value)
+            rem.start(f"v{value}")
+            time.sleep(3 * SYNC)
+            assert not held(kube, x) and state(node(kube, x)) == "healthy", f"quarantined on {value}"
+            rem.stop()
+        proxy.set("pass")
+        with sig.exporter.lock:
+            sig.exporter.xid[y] = 79
+        rem.start("vpass")
+        e2e_wait("x and y quarantined on real values", lambda: held(kube, x) and held(kube, y), timeout=30)
+    finally:
+        rem.stop()
+        with sig.exporter.lock:
+            sig.exporter.xid.pop(x, None)
+            sig.exporter.xid.pop(y, None)
+            sig.exporter.lowercase.discard(y)
