@@ -59,10 +59,10 @@ def config_schema() -> dict[str, Any]:
 def load_config(path: str) -> dict[str, Any]:
     """Read the YAML config through the project's reader (a regular file, bounded) and
     check it against the schema; the first error is one line naming file:line:col and field."""
-    from gpuvalues import yamlio
+    from gpuvalues.yamlio.loader import load_mapping
     from gpuvalues.checks.rules import schema_findings
 
-    loaded = yamlio.load_mapping(path, allow_empty=True, what="remediation config")
+    loaded = load_mapping(path, allow_empty=True, what="remediation config")
     data = loaded.data if loaded.data is not None else {}
     if not data:
         return {}

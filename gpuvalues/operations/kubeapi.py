@@ -109,7 +109,8 @@ def api_client_for(kubeconfig: str | None, context: str | None, timeout_s: float
     config: Any = kconfig            # the client's loaders are untyped
     loader: Any = KubeConfigLoader
 
-    from gpuvalues import yamlio
+    from gpuvalues.yamlio.inputs import decode, read_input
+    from gpuvalues.yamlio.loader import parse_yaml
 
     try:
         path = kubeconfig or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or None
@@ -119,8 +120,8 @@ def api_client_for(kubeconfig: str | None, context: str | None, timeout_s: float
             cfg = client.Configuration()
             config.load_incluster_config(client_configuration=cfg)
             return with_deadlines(client.ApiClient(cfg), timeout_s)
-        data, source = yamlio.read_input(path, error=error, expected="a kubeconfig file", max_bytes=4 * 2**20)
-        doc = yamlio.parse_yaml(yamlio.decode(data, source), source=source, error=error)
+        data, source = read_input(path, error=error, expected="a kubeconfig file", max_bytes=4 * 2**20)
+        doc = parse_yaml(decode(data, source), source=source, error=error)
         if not isinstance(doc, dict):
             raise error("not a kubeconfig (a YAML mapping)", source=source)
         # relative certificate paths are relative to the kubeconfig, as load_kube_config reads them
