@@ -71,6 +71,8 @@ def test_config_schema_is_the_values_schema_definition():
     shared = {k for k in rem if k in cfg}
     assert shared and all(rem[k] == {"$ref": f"#/$defs/remediationConfig/properties/{k}"} for k in shared)
     assert not hasattr(config, "_KEYS") and not hasattr(controller, "_KEYS")
+    # the one mapping left (schema name -> the signal's internal name) covers the schema's signals
+    assert set(config._SIGNAL_KEYS) == set(cfg["signals"]["properties"])
 
 
 def _args(**kw):
