@@ -383,12 +383,13 @@ class Controller:
         self.stopping.set()
         worker.join(0.3)
         self.worker_stuck = worker.is_alive()
-        if elector and not worker.is_alive():
-            elector.release()
-        elif elector:   # the worker is stuck in a call: release the Lease without waiting for it
-            t = threading.Thread(target=elector.release, daemon=True)
+        if elector:
+            # Give the Lease up so a standby takes over at once, but never wait on a slow
+            # API server for it: the exit stays within a second of SIGTERM.
+            t = threading.Thread(target=elector.release, daemon=True, name="release")
             t.start()
-            t.join(0.3)
+            t.join(0.4)
+            self.worker_stuck = self.worker_stuck or t.is_alive()
         if self.opts.once and self.failure is not None:
             raise self.failure       # `--once`: the one sync's failure is the exit status (3: retry)
         return 0
@@ -435,9 +436,10 @@ def main(opts: Options) -> int:
     finally:
         if srv:
             srv.shutdown()
-    if getattr(ctl, "worker_stuck", False):
-        # The worker is blocked in a call to a slow server; the interpreter's teardown would
-        # wait on it for seconds. Nothing is left to flush but the logs: exit now.
+    if getattr(ctl, "worker_stuck", False) or not opts.once:
+        # A stopped controller (SIGTERM) has nothing left to flush but the logs; the
+        # interpreter's teardown would wait seconds on a worker blocked in a call to a slow
+        # server and on the API client's thread pool. Exit now.
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
