@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import http.server
+import io
 import json
 import socket
 import statistics
@@ -30,7 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gpuvalues.operations import config as configlib  # noqa: E402
 from gpuvalues.operations import controller as ctl  # noqa: E402
+from gpuvalues.operations import metrics as metricslib  # noqa: E402
 from gpuvalues.operations.remediation import Config  # noqa: E402
 from gpuvalues.operations.signals import Prometheus, SignalConfig  # noqa: E402
 from tests.faultproxy import FaultProxy  # noqa: E402
@@ -63,12 +66,8 @@ class _H(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class Resp:
-    def __init__(self, data: bytes):
-        self.data = data
-
-    def read(self, n=-1):
-        return self.data if n < 0 else self.data[:n]
+class Resp(io.BytesIO):
+    """An unpreloaded answer: read as a stream (kubeapi.read_json reads it in bounded chunks)."""
 
 
 class Core:
@@ -86,6 +85,10 @@ class Core:
 
     def patch_node(self, name, body, **kw):
         self.patches += 1
+        self._patched(name, body)
+        return Resp(b"{}")
+
+    def _patched(self, name, body):
         meta = self.nodes[name]["metadata"]
         for k, v in (body.get("metadata") or {}).get("annotations", {}).items():
             meta.setdefault("annotations", {})[k] = v
@@ -94,9 +97,10 @@ class Core:
 
     def patch_node_status(self, name, body, **kw):
         self.patches += 1
+        return Resp(b"{}")
 
-    def create_namespaced_event(self, ns, body):
-        pass
+    def create_namespaced_event(self, ns, body, **kw):
+        return Resp(b"{}")
 
     def list_pod_for_all_namespaces(self, **kw):
         return Resp(b'{"items": []}')
@@ -152,17 +156,17 @@ def main(argv=None) -> int:
                 raise SystemExit("Prometheus never scraped the exporter")
             time.sleep(0.5)
         proxy = FaultProxy(url).start()
-        opts = ctl.Options(prometheus_url=proxy.url, once=True, lease_duration_s=90, signals=scfg,
+        opts = configlib.Options(prometheus_url=proxy.url, once=True, lease_duration_s=90, signals=scfg,
                            machine=Config(breaker_max_nodes=500, breaker_max_percent=50, max_new_quarantines_per_sync=50),
                            evictions_per_minute=6000)
         times, prom_times = [], []
         core = Core(nodes_json(a.nodes, a.gpus))
         for _ in range(a.runs):
             c = ctl.Controller.__new__(ctl.Controller)
-            c.opts, c.core, c.prom, c.metrics, c.elector = opts, core, Prometheus(proxy.url, timeout=10), ctl.Metrics(), None
+            c.opts, c.core, c.prom, c.metrics, c.elector = opts, core, Prometheus(proxy.url, timeout=10), metricslib.Metrics(), None
             from gpuvalues.operations import drain as drainlib
             c.drainer = drainlib.Drainer(core, max_per_step=50, guard=c._guard)
-            c.bucket, c.shadow, c._said, c.stopping = ctl.TokenBucket(6000), {}, {}, threading.Event()
+            c.bucket, c.shadow, c._said, c.stopping = drainlib.TokenBucket(6000), {}, {}, threading.Event()
             c.latched = frozenset()
             t0 = time.perf_counter()
             c.prom.collect(scfg)

@@ -232,10 +232,10 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         return 0
     from kubernetes import client
 
-    from gpuvalues.operations.controller import api_client_for
+    from gpuvalues.operations.kubeapi import api_client_for
 
     try:
-        api = api_client_for(args.kubeconfig, args.context)
+        api = api_client_for(args.kubeconfig, args.context, error=rollout.RolloutInputError)
     except GpuValuesError as exc:
         raise rollout.RolloutInputError(exc.message, field="--kubeconfig", code="GV046") from None
     core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
@@ -352,9 +352,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_remediate(args: argparse.Namespace) -> int:
     """`gpuvalues remediate`: the GPU health remediation controller (docs/self-healing.md)."""
-    from gpuvalues.operations import controller
+    from gpuvalues.operations import config, controller
 
-    return controller.main(controller.options_from_args(args))
+    return controller.main(config.options_from_args(args))
 
 
 def _replan_options(p: argparse.ArgumentParser, *, required: bool) -> None:

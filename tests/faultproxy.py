@@ -12,6 +12,8 @@ Modes (set `proxy.mode`, thread-safe):
 * `error`: HTTP 503 with Prometheus' error envelope.
 * `hang`: accept, read the request, never answer (until the proxy stops).
 * `values`: replace every sample value by `proxy.value` (e.g. "NaN", "0").
+* `age`: Prometheus' answer with every sample's evaluation time moved `proxy.age_s`
+  seconds into the past (a cached or replayed answer, a Prometheus whose clock is off).
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ class FaultProxy(http.server.ThreadingHTTPServer):
         self.slow_s = 5.0
         self.huge_series = 250_000
         self.value = "NaN"
+        self.age_s = 3600.0
         self.requests = 0
         self.stopping = threading.Event()
 
@@ -69,7 +72,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         px: FaultProxy = self.server
         with px.lock:
-            mode, drop, slow, huge, value = px.mode, set(px.drop_nodes), px.slow_s, px.huge_series, px.value
+            mode, drop, slow, huge, value, age = px.mode, set(px.drop_nodes), px.slow_s, px.huge_series, px.value, px.age_s
             px.requests += 1
         if mode == "hang":
             px.stopping.wait()
@@ -83,11 +86,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 status, body = r.status, r.read()
         except urllib.error.HTTPError as e:
             status, body = e.code, e.read()
-        if mode in ("empty", "drop", "values") and status == 200:
+        if mode in ("empty", "drop", "values", "age") and status == 200:
             doc = json.loads(body)
             res = doc.get("data", {}).get("result", [])
             if mode == "empty":
                 res = []
+            elif mode == "age":
+                for s in res:
+                    s["value"] = [s["value"][0] - age, s["value"][1]]
             elif mode == "drop":
                 res = [s for s in res if not ({s["metric"].get("Hostname"), s["metric"].get("hostname")} & drop)]
             else:

@@ -1,340 +1,51 @@
 """The remediation controller loop (`gpuvalues remediate`).
 
-A worker thread loops: renew the leader Lease (a coordination.k8s.io/v1 Lease, as
-client-go's tools/leaderelection does it: holderIdentity, leaseDurationSeconds, renewTime,
-and expiry judged on the local clock from when the record last changed), then, while
-leader, sync: list the nodes, read the signals (signals.py), advance each node's state
-machine (remediation.py) and apply the decisions: its taint, its Node condition, its
-annotations (written with the node's resourceVersion, so a stale view fails and is
-re-read), Events, and evictions (drain.py).
+A worker thread loops: renew the leader Lease (lease.py), then, while leader, sync: list
+the nodes, read the signals (signals.py), advance each node's state machine
+(remediation.py) and apply the decisions: its taint, its Node condition, its annotations
+(written with the node's resourceVersion, so a stale view fails and is re-read), Events
+(events.py), and evictions (drain.py).
 
 Every sync has a deadline, half the lease after the renewal it started from; before every
 write the controller checks it still leads and is inside that deadline (`_guard`), so a
 slow sync never acts after another replica could have taken over. Every call to
-Prometheus and the API server has a deadline, Prometheus answers a size cap. The main
-thread only waits: SIGTERM ends the process within a second, whatever the worker is
-blocked on. `/healthz` answers 500 when the loop has made no progress for a sync period
-plus a lease (a wedged loop is restarted by the kubelet).
-
-`/metrics` serves the Prometheus text exposition format (written by hand: a handful of
-series does not justify a client library).
+Prometheus and the API server has a deadline and a size cap (kubeapi.py, signals.py). The
+main thread only waits: SIGTERM ends the process within a second, whatever the worker is
+blocked on. `/healthz` (metrics.py) answers 500 when the loop has made no progress for a
+sync period plus a lease (a wedged loop is restarted by the kubelet). Options and the
+config file: config.py.
 """
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
 import logging
-import math
 import os
 import signal
 import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from dataclasses import replace
 
-from gpuvalues.errors import SpecError
+from gpuvalues.errors import GpuValuesError, TransientError
 from gpuvalues.operations import drain as drainlib
-from gpuvalues.operations.remediation import (CONDITION_TYPE, MAX_REASON, PREFIX, RESET_LABEL, TAINT_EFFECT, TAINT_KEY,
-                                              Config, NodeView, Record, State, Taint, clip, step)
-from gpuvalues.operations.signals import (PrometheusError, Prometheus, SignalConfig, evidence_from_results,
-                                          faults_from_results, node_faults)
+from gpuvalues.operations import events as eventlib
+from gpuvalues.operations.config import Options, RemediateError
+from gpuvalues.operations.kubeapi import MAX_LIST_BYTES, MAX_OBJECT_BYTES, answered, api_client_for, read_json
+from gpuvalues.operations.lease import BREAKER_ANNOTATION, LeaseElector
+from gpuvalues.operations.metrics import Metrics, serve_metrics
+from gpuvalues.operations.remediation import (CONDITION_TYPE, MAX_REASON, RESET_LABEL, TAINT_EFFECT, TAINT_KEY,
+                                              NodeView, Record, State, Taint, clip, step)
+from gpuvalues.operations.signals import (PrometheusError, Prometheus, evidence_from_results, faults_from_results,
+                                          node_faults)
 
 OWNER = "gpu-inference-remediation"
-# On the Lease: the breaker pools latched open (JSON list; "" is the whole fleet).
-BREAKER_ANNOTATION = f"{PREFIX}/breaker-latched"
 log = logging.getLogger("gpuvalues.remediate")
-
-
-class RemediateError(SpecError):
-    """Bad options, config file or kubeconfig at start-up (exit 2, one line)."""
-    code = "GV041"
-
-
-@dataclass(frozen=True)
-class Options:
-    """Everything `gpuvalues remediate` takes."""
-    kubeconfig: str | None = None
-    context: str | None = None
-    prometheus_url: str | None = None
-    sync_period_s: float = 30.0
-    dry_run: bool = False
-    once: bool = False
-    metrics_address: str = "0.0.0.0:8080"
-    lease_namespace: str = "default"
-    lease_name: str = "gpu-inference-remediation"
-    identity: str = ""
-    lease_duration_s: float = 15.0
-    node_selector: str = ""
-    evictions_per_minute: float = 30.0
-    api_timeout_s: float = 10.0          # each API server request (connect, and each read)
-    prometheus_timeout_s: float = 10.0   # each Prometheus query, whole exchange
-    machine: Config = field(default_factory=Config)
-    signals: SignalConfig = field(default_factory=SignalConfig)
-
-
-# --- metrics -------------------------------------------------------------------------------
-
-class Metrics:
-    """The controller's series, rendered in the text exposition format (version 0.0.4)."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic):
-        self.lock = threading.Lock()
-        self.clock = clock
-        self.nodes: dict[str, int] = {s.value: 0 for s in State}
-        self.evictions: dict[str, int] = {}
-        self.breaker_trips = 0
-        self.breaker_open = 0
-        self.leader = 0
-        self.syncs: dict[str, int] = {"ok": 0, "error": 0, "skipped": 0, "deadline": 0}
-        self.last_sync_s = 0.0
-        self.no_evidence = 0
-        self.invalid_records = 0
-        self.source_up: dict[str, int] = {"prometheus": 1, "apiserver": 1}
-        self.heartbeat = clock()         # the loop's last progress (monotonic)
-        self.stale_after = float("inf")  # /healthz fails when the heartbeat is older
-
-    def beat(self) -> None:
-        with self.lock:
-            self.heartbeat = self.clock()
-
-    def healthy(self) -> bool:
-        """The loop made progress recently (a wedged loop must not look alive)."""
-        with self.lock:
-            return self.clock() - self.heartbeat <= self.stale_after
-
-    def render(self) -> str:
-        with self.lock:
-            out = ["# HELP gpu_remediation_nodes GPU nodes per remediation state.",
-                   "# TYPE gpu_remediation_nodes gauge"]
-            out += [f'gpu_remediation_nodes{{state="{k}"}} {v}' for k, v in sorted(self.nodes.items())]
-            out += ["# HELP gpu_remediation_evictions_total Eviction requests by outcome.",
-                    "# TYPE gpu_remediation_evictions_total counter"]
-            out += [f'gpu_remediation_evictions_total{{outcome="{k}"}} {v}' for k, v in sorted(self.evictions.items())]
-            out += ["# HELP gpu_remediation_breaker_trips_total Quarantines the circuit breaker refused.",
-                    "# TYPE gpu_remediation_breaker_trips_total counter",
-                    f"gpu_remediation_breaker_trips_total {self.breaker_trips}",
-                    "# HELP gpu_remediation_breaker_open 1 while the circuit breaker refuses quarantines.",
-                    "# TYPE gpu_remediation_breaker_open gauge",
-                    f"gpu_remediation_breaker_open {self.breaker_open}",
-                    "# HELP gpu_remediation_leader 1 when this replica holds the Lease.",
-                    "# TYPE gpu_remediation_leader gauge",
-                    f"gpu_remediation_leader {self.leader}",
-                    "# HELP gpu_remediation_syncs_total Syncs by result.",
-                    "# TYPE gpu_remediation_syncs_total counter"]
-            out += [f'gpu_remediation_syncs_total{{result="{k}"}} {v}' for k, v in sorted(self.syncs.items())]
-            out += ["# HELP gpu_remediation_sync_duration_seconds Duration of the last sync.",
-                    "# TYPE gpu_remediation_sync_duration_seconds gauge",
-                    f"gpu_remediation_sync_duration_seconds {self.last_sync_s:.6f}",
-                    "# HELP gpu_remediation_nodes_without_evidence GPU nodes waiting for evidence of health "
-                    "(series missing, exporter not scraped).",
-                    "# TYPE gpu_remediation_nodes_without_evidence gauge",
-                    f"gpu_remediation_nodes_without_evidence {self.no_evidence}",
-                    "# HELP gpu_remediation_invalid_records Nodes skipped because their remediation record "
-                    "does not parse.",
-                    "# TYPE gpu_remediation_invalid_records gauge",
-                    f"gpu_remediation_invalid_records {self.invalid_records}",
-                    "# HELP gpu_remediation_signal_source_up 1 when the last sync could read the source.",
-                    "# TYPE gpu_remediation_signal_source_up gauge"]
-            out += [f'gpu_remediation_signal_source_up{{source="{k}"}} {v}' for k, v in sorted(self.source_up.items())]
-        return "\n".join(out) + "\n"
-
-
-def serve_metrics(metrics: Metrics, address: str) -> ThreadingHTTPServer:
-    """Serve /metrics and /healthz on host:port in a daemon thread."""
-    host, _, port = address.rpartition(":")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):
-            if self.path.split("?")[0] == "/metrics":
-                body, ctype = metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8"
-            elif self.path == "/healthz":
-                ok = metrics.healthy()
-                body, ctype = (b"ok\n" if ok else b"the sync loop made no progress\n"), "text/plain"
-                if not ok:
-                    self.send_response(500)
-                    self.send_header("Content-Type", ctype)
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                    return
-            else:
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    try:
-        srv = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
-    except (OSError, ValueError) as e:
-        raise RemediateError(f"--metrics-address {address}: {e}") from None
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True, name="metrics").start()
-    return srv
-
-
-# --- leader election -------------------------------------------------------------------
-
-def _now_micro() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-class LeaseElector:
-    """Leader election on a coordination.k8s.io/v1 Lease (client-go
-    tools/leaderelection/leaderelection.go semantics, one call per sync): the holder
-    renews; others take over only after leaseDurationSeconds without a change of the
-    record, measured on their own monotonic clock (no cross-node clock comparison).
-    Updates carry the Lease's resourceVersion, so two candidates never both win."""
-
-    def __init__(self, api_client, namespace: str, name: str, identity: str, duration_s: float,
-                 clock: Callable[[], float] = time.monotonic):
-        from kubernetes import client
-
-        self.api = client.CoordinationV1Api(api_client)
-        self.ns, self.name, self.identity, self.duration = namespace, name, identity, duration_s
-        self.clock = clock
-        self._observed: tuple | None = None
-        self._observed_at = 0.0
-        self._renewed_at: float | None = None
-        self._lease: dict = {}
-
-    @property
-    def renewed_at(self) -> float | None:
-        """When (monotonic) our last successful renewal was, or None."""
-        return self._renewed_at
-
-    def latched(self) -> frozenset[str]:
-        """The breaker pools latched open, as the Lease we last read records them (the
-        latch survives a failover; an operator resets it by removing the annotation)."""
-        raw = ((self._lease.get("metadata") or {}).get("annotations") or {}).get(BREAKER_ANNOTATION)
-        try:
-            pools = json.loads(raw) if raw else []
-        except ValueError:
-            return frozenset({""})          # unreadable: stay safe, the fleet's breaker open
-        if not isinstance(pools, list):
-            return frozenset({""})
-        return frozenset(str(p) for p in pools)
-
-    def set_latched(self, pools: frozenset[str]) -> None:
-        """Record the latched pools on the Lease (its resourceVersion: a lost race fails)."""
-        lease = json.loads(self.api.read_namespaced_lease(self.name, self.ns, _preload_content=False).data)
-        if (lease.get("spec") or {}).get("holderIdentity") != self.identity:
-            return
-        ann = lease.setdefault("metadata", {}).setdefault("annotations", {}) or {}
-        ann[BREAKER_ANNOTATION] = json.dumps(sorted(pools))
-        lease["metadata"]["annotations"] = ann
-        self.api.replace_namespaced_lease(self.name, self.ns, lease)
-        self._lease = lease
-
-    def is_leader(self) -> bool:
-        """True while our last successful renewal is younger than the lease duration."""
-        return self._renewed_at is not None and self.clock() - self._renewed_at < self.duration
-
-    def try_acquire_or_renew(self) -> bool:
-        from kubernetes.client.exceptions import ApiException
-
-        now = self.clock()
-        try:
-            lease = json.loads(self.api.read_namespaced_lease(self.name, self.ns, _preload_content=False).data)
-        except ApiException as e:
-            if e.status != 404:
-                log.warning("lease %s/%s: %s", self.ns, self.name, e.reason)
-                return self.is_leader()
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.ns},
-                    "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.duration),
-                             "acquireTime": _now_micro(), "renewTime": _now_micro(), "leaseTransitions": 0}}
-            try:
-                self.api.create_namespaced_lease(self.ns, body)
-            except ApiException:
-                return False
-            self._renewed_at = now
-            return True
-        self._lease = lease
-        spec = lease.get("spec") or {}
-        record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseTransitions"))
-        if record != self._observed:
-            self._observed, self._observed_at = record, now
-        holder = spec.get("holderIdentity")
-        if holder and holder != self.identity and now - self._observed_at < float(spec.get("leaseDurationSeconds") or self.duration):
-            self._renewed_at = None
-            return False
-        new_spec = dict(spec, holderIdentity=self.identity, leaseDurationSeconds=int(self.duration), renewTime=_now_micro())
-        if holder != self.identity:
-            new_spec["acquireTime"] = _now_micro()
-            new_spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
-        lease["spec"] = new_spec
-        try:
-            self.api.replace_namespaced_lease(self.name, self.ns, lease)
-        except ApiException as e:
-            log.info("lease %s/%s: lost the race (%s)", self.ns, self.name, e.status)
-            return self.is_leader() if holder == self.identity else False
-        if holder != self.identity:
-            log.info("acquired lease %s/%s as %s", self.ns, self.name, self.identity)
-        self._renewed_at = now
-        return True
-
-    def release(self) -> None:
-        """Give the Lease up on a clean exit, so another replica takes over at once."""
-        from kubernetes.client.exceptions import ApiException
-
-        if not self.is_leader():
-            return
-        try:
-            lease = json.loads(self.api.read_namespaced_lease(self.name, self.ns, _preload_content=False).data)
-            if (lease.get("spec") or {}).get("holderIdentity") == self.identity:
-                lease["spec"]["holderIdentity"] = None
-                self.api.replace_namespaced_lease(self.name, self.ns, lease)
-        except ApiException:
-            pass
-
-
-# --- the controller ----------------------------------------------------------------------
-
-class TokenBucket:
-    """`rate` tokens per minute, at most `burst` saved."""
-
-    def __init__(self, per_minute: float, burst: float | None = None, clock: Callable[[], float] = time.monotonic):
-        self.rate = per_minute / 60.0
-        self.burst = burst if burst is not None else max(1.0, per_minute / 6.0)
-        self.tokens = self.burst
-        self.clock = clock
-        self.t = clock()
-
-    def take_up_to(self, n: int) -> int:
-        now = self.clock()
-        self.tokens = min(self.burst, self.tokens + (now - self.t) * self.rate)
-        self.t = now
-        k = min(n, int(self.tokens))
-        self.tokens -= k
-        return k
-
-    def give_back(self, n: int) -> None:
-        self.tokens = min(self.burst, self.tokens + n)
 
 
 class SyncAborted(Exception):
     """A write refused: no longer leader, past the sync's deadline, or stopping."""
-
-
-def read_json(resp, limit: int) -> dict:
-    """The JSON body of an unpreloaded API response, refused past `limit` bytes."""
-    data = resp.read(limit + 1)
-    if len(data) > limit:
-        raise SyncAborted(f"API server answer larger than {limit // 2**20} MiB")
-    return json.loads(data)
-
-
-MAX_API_BYTES = 256 * 2**20    # a node list of ~50,000 nodes; the chart's memory limit bounds us anyway
 
 
 class Controller:
@@ -351,13 +62,15 @@ class Controller:
         self.metrics = metrics or Metrics()
         self.elector = elector
         self.drainer = drainlib.Drainer(self.core, resource_prefixes=(opts.signals.gpu_resource_prefix,),
-                                        dry_run=opts.dry_run, max_per_step=50, guard=self._guard)
-        self.bucket = TokenBucket(opts.evictions_per_minute)
+                                        dry_run=opts.dry_run, max_per_step=50, guard=self._guard,
+                                        read_timeout=self._read_budget)
+        self.bucket = drainlib.TokenBucket(opts.evictions_per_minute)
         self.shadow: dict[str, Record] = {}   # --dry-run: the records we would have written
         self._said: dict[tuple[str, str], float] = {}  # (node, reason) -> when last reported
         self.stopping = threading.Event()
         self.deadline = float("inf")          # monotonic: no write after it (this sync's budget)
         self.latched: frozenset[str] = frozenset()   # without a Lease (--once): in memory
+        self.failure: BaseException | None = None   # why the last sync failed (--once raises it)
 
     @property
     def sync_budget_s(self) -> float:
@@ -365,6 +78,12 @@ class Controller:
         so a standby (which waits a whole lease from when it saw our renewal) never acts
         while we still might."""
         return self.opts.lease_duration_s / 2.0
+
+    def _read_budget(self) -> float:
+        """Seconds an answer may take to read: what is left of the sync's budget (at most
+        30 s; outside a sync, 30 s)."""
+        left = self.deadline - time.monotonic()
+        return max(0.1, min(30.0, left)) if left != float("inf") and left > float("-inf") else 30.0
 
     def _guard(self) -> None:
         """Called before every write: refuse it unless we lead, inside the deadline."""
@@ -378,7 +97,8 @@ class Controller:
     # reading
     def _nodes(self) -> list[dict]:
         kw = {"label_selector": self.opts.node_selector} if self.opts.node_selector else {}
-        return read_json(self.core.list_node(_preload_content=False, **kw), MAX_API_BYTES)["items"]
+        return read_json(self.core.list_node(_preload_content=False, **kw), MAX_LIST_BYTES, timeout_s=self._read_budget(),
+                         what="the node list")["items"]
 
     def _view(self, node: dict) -> NodeView:
         v = NodeView.from_k8s(node, self.opts.signals.gpu_resource_prefix)
@@ -393,8 +113,9 @@ class Controller:
         return v
 
     def sync(self) -> str:
-        """List, decide, act: one pass over the fleet. Returns "ok", or "skipped" when a
-        signal source could not be read (the nodes it speaks for keep their state)."""
+        """List, decide, act: one pass over the fleet. Returns "ok", or "source-down" when
+        Prometheus could not be read or its answer was stale (the nodes it speaks for keep
+        their state; `failure` says why, and `--once` exits 3 on it)."""
         t0 = time.monotonic()
         raw = self._nodes()
         by_name = {n["metadata"]["name"]: n for n in raw}
@@ -415,7 +136,9 @@ class Controller:
                 # node keeps the state those signals would change (node signals still act).
                 log.warning("Prometheus signals unknown this sync (no node is released on them): %s", e)
                 evidence = {n: False for n in gpu_names}
-                result_kind, up = "skipped", 0
+                result_kind, up = "source-down", 0
+                self.failure = TransientError(f"Prometheus signals unknown: {e.message}; no node was released or "
+                                              "quarantined on them (retry)")
             with self.metrics.lock:
                 self.metrics.source_up["prometheus"] = up
             if not up:
@@ -540,18 +263,21 @@ class Controller:
 
         name = name or node["metadata"]["name"]
         if expect is None:
-            self.core.patch_node(name, body, _content_type="application/merge-patch+json")
+            answered(self.core.patch_node(name, body, _content_type="application/merge-patch+json",
+                                          _preload_content=False), f"node {name}")
             return
         for attempt in range(3):
             self._guard()
-            fresh = read_json(self.core.read_node(name, _preload_content=False), MAX_API_BYTES)
+            fresh = read_json(self.core.read_node(name, _preload_content=False), MAX_OBJECT_BYTES,
+                              timeout_s=self._read_budget(), what=f"node {name}")
             if Record.from_annotations(fresh["metadata"].get("annotations")) != expect:
                 log.info("%s: record changed since this sync read it; re-read next sync", name)
                 return
             b = json.loads(json.dumps(body))
             b["metadata"]["resourceVersion"] = fresh["metadata"]["resourceVersion"]
             try:
-                self.core.patch_node(name, b, _content_type="application/merge-patch+json")
+                answered(self.core.patch_node(name, b, _content_type="application/merge-patch+json",
+                                              _preload_content=False), f"node {name}")
                 return
             except ApiException as e:
                 if e.status != 409 or attempt == 2:
@@ -561,13 +287,14 @@ class Controller:
         """Set or remove our Node condition (strategic merge on the `type` key, so the
         kubelet's and others' conditions are kept)."""
         if on:
-            now = _now_micro().split(".")[0] + "Z"
+            now = eventlib.now_seconds()
             cond = {"type": CONDITION_TYPE, "status": "True", "reason": "GpuFault", "message": clip(message, MAX_REASON),
                     "lastHeartbeatTime": now, "lastTransitionTime": now}
         else:
             cond = {"type": CONDITION_TYPE, "$patch": "delete"}
-        self.core.patch_node_status(name, {"status": {"conditions": [cond]}},
-                                    _content_type="application/strategic-merge-patch+json")
+        answered(self.core.patch_node_status(name, {"status": {"conditions": [cond]}},
+                                             _content_type="application/strategic-merge-patch+json",
+                                             _preload_content=False), f"node {name}")
 
     def _drain(self, node: dict, d) -> Record:
         name = node["metadata"]["name"]
@@ -593,24 +320,13 @@ class Controller:
 
     def event(self, kind: str, name: str, namespace: str, uid: str, reason: str, message: str, warning: bool,
               api_version: str = "v1") -> None:
-        """A core/v1 Event on the object (Nodes' events go to `default`, as the kubelet's do)."""
-        from kubernetes.client.exceptions import ApiException
-
-        ns = namespace or "default"
-        now = _now_micro().split(".")[0] + "Z"
-        body = {"apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": f"{name}.", "namespace": ns},
-                "involvedObject": {"kind": kind, "name": name, "uid": uid, "apiVersion": api_version,
-                                   **({"namespace": namespace} if namespace else {})},
-                "reason": reason, "message": clip(message, MAX_REASON), "type": "Warning" if warning else "Normal",
-                "source": {"component": OWNER, "host": socket.gethostname()},
-                "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-                "reportingComponent": OWNER, "reportingInstance": self.opts.identity or socket.gethostname()}
-        try:
-            from kubernetes import client
-            self.core.create_namespaced_event(ns, client.CoreV1Event.from_dict(body))
-        except ApiException as e:
-            log.warning("event %s on %s/%s: %s", reason, kind, name, e.reason)
+        """A core/v1 Event on the object (events.py; Nodes' events go to `default`)."""
+        body = eventlib.event_body(kind=kind, name=name, namespace=namespace, uid=uid, reason=reason,
+                                   message=message, warning=warning, component=OWNER,
+                                   instance=self.opts.identity or socket.gethostname(), api_version=api_version)
+        refused = eventlib.post(self.core, body)
+        if refused:
+            log.warning("event %s on %s/%s: %s", reason, kind, name, refused)
 
     # the loop
     def _loop(self, elector: LeaseElector | None) -> None:
@@ -635,11 +351,17 @@ class Controller:
                 except SyncAborted as e:
                     log.warning("sync stopped before its end: %s", e)
                     kind = "deadline"
-                except Exception:
-                    log.exception("sync failed")
+                except Exception as e:
+                    self.failure = _as_error(e) or e
+                    if isinstance(self.failure, GpuValuesError):
+                        log.warning("sync failed: %s", e)
+                    else:
+                        log.exception("sync failed")
                     kind = "error"
                 finally:
                     self.deadline = float("-inf")
+                if kind == "ok":
+                    self.failure = None
                 with self.metrics.lock:
                     self.metrics.syncs[kind] = self.metrics.syncs.get(kind, 0) + 1
             self.metrics.beat()
@@ -661,63 +383,35 @@ class Controller:
         self.stopping.set()
         worker.join(0.3)
         self.worker_stuck = worker.is_alive()
-        if elector and not worker.is_alive():
-            elector.release()
-        elif elector:   # the worker is stuck in a call: release the Lease without waiting for it
-            t = threading.Thread(target=elector.release, daemon=True)
+        if elector:
+            # Give the Lease up so a standby takes over at once, but never wait on a slow
+            # API server for it: the exit stays within a second of SIGTERM.
+            t = threading.Thread(target=elector.release, daemon=True, name="release")
             t.start()
-            t.join(0.3)
+            t.join(0.4)
+            self.worker_stuck = self.worker_stuck or t.is_alive()
+        if self.opts.once and self.failure is not None:
+            raise self.failure       # `--once`: the one sync's failure is the exit status (3: retry)
         return 0
 
 
-def _with_deadlines(api, timeout_s: float):
-    """Give every request of `api` a connect and read timeout (the client has none by default)."""
-    rest = api.rest_client
-    orig = rest.request
+def _as_error(exc: BaseException) -> GpuValuesError | None:
+    """A failed sync as the CLI's error: an API server that is unreachable, times out or
+    answers 429/5xx is a TransientError (exit 3), another refusal (RBAC: 403) a
+    RemediateError (exit 2); anything else is a bug (None: re-raised with its traceback)."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
 
-    def request(*args, **kw):
-        if kw.get("_request_timeout") is None:
-            kw["_request_timeout"] = (min(5.0, timeout_s), timeout_s)
-        return orig(*args, **kw)
-
-    rest.request = request
-    return api
-
-
-def api_client_for(kubeconfig: str | None, context: str | None, timeout_s: float = 10.0):
-    """An ApiClient from a kubeconfig (or $KUBECONFIG, ~/.kube/config), else in-cluster.
-    The kubeconfig is read through the project's reader (a regular file, bounded: a FIFO
-    is refused, never waited on); every request gets a timeout."""
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
-    from gpuvalues.yamlio.inputs import decode, read_input
-    from gpuvalues.yamlio.loader import parse_yaml
-
-    try:
-        path = kubeconfig or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or None
-        if path is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            path = os.path.expanduser("~/.kube/config")
-        if path is None:
-            cfg = client.Configuration()
-            config.load_incluster_config(client_configuration=cfg)
-            return _with_deadlines(client.ApiClient(cfg), timeout_s)
-        data, source = read_input(path, error=RemediateError, expected="a kubeconfig file",
-                                         max_bytes=4 * 2**20)
-        doc = parse_yaml(decode(data, source), source=source, error=RemediateError)
-        if not isinstance(doc, dict):
-            raise RemediateError("not a kubeconfig (a YAML mapping)", source=source)
-        from kubernetes.config.kube_config import KubeConfigLoader
-
-        # relative certificate paths are relative to the kubeconfig, as load_kube_config reads them
-        cfg = client.Configuration()
-        KubeConfigLoader(config_dict=doc, active_context=context,
-                         config_base_path=os.path.abspath(os.path.dirname(path))).load_and_set(cfg)
-        return _with_deadlines(client.ApiClient(configuration=cfg), timeout_s)
-    except RemediateError:
-        raise
-    except (ConfigException, OSError, TypeError, ValueError, KeyError) as e:
-        raise RemediateError(f"kubeconfig{' ' + kubeconfig if kubeconfig else ''}: {e}") from None
+    if isinstance(exc, GpuValuesError):
+        return exc
+    if isinstance(exc, ApiException):
+        what = f"the API server answered {exc.status} {exc.reason}"
+        if exc.status == 429 or (exc.status or 0) >= 500:
+            return TransientError(f"{what} (retry)")
+        return RemediateError(what)
+    if isinstance(exc, (HTTPError, OSError)):
+        return TransientError(f"the API server cannot be reached: {exc.__class__.__name__} (retry)")
+    return None
 
 
 def main(opts: Options) -> int:
@@ -726,7 +420,7 @@ def main(opts: Options) -> int:
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     identity = opts.identity or f"{socket.gethostname()}-{os.getpid()}"
     opts = dataclasses.replace(opts, identity=identity)
-    api = api_client_for(opts.kubeconfig, opts.context, opts.api_timeout_s)
+    api = api_client_for(opts.kubeconfig, opts.context, opts.api_timeout_s, error=RemediateError)
     prom = Prometheus(opts.prometheus_url, timeout=opts.prometheus_timeout_s) if opts.prometheus_url else None
     metrics = Metrics()
     srv = serve_metrics(metrics, opts.metrics_address) if opts.metrics_address else None
@@ -742,9 +436,10 @@ def main(opts: Options) -> int:
     finally:
         if srv:
             srv.shutdown()
-    if getattr(ctl, "worker_stuck", False):
-        # The worker is blocked in a call to a slow server; the interpreter's teardown would
-        # wait on it for seconds. Nothing is left to flush but the logs: exit now.
+    if getattr(ctl, "worker_stuck", False) or not opts.once:
+        # A stopped controller (SIGTERM) has nothing left to flush but the logs; the
+        # interpreter's teardown would wait seconds on a worker blocked in a call to a slow
+        # server and on the API client's thread pool. Exit now.
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -752,104 +447,4 @@ def main(opts: Options) -> int:
     return rc
 
 
-__all__ = ["Options", "Controller", "LeaseElector", "Metrics", "main", "options_from_args"]
-
-
-# --- options ----------------------------------------------------------------------------
-
-_SIGNAL_KEYS = {"xid": "xid", "dbe": "dbe", "rowRemap": "row-remap", "nvlink": "nvlink",
-                "allocatable": "allocatable", "conditions": "conditions", "exporterMissing": "exporter"}
-
-
-def config_schema() -> dict:
-    """The config file's schema: `$defs/remediationConfig` of the values schema (the one
-    definition of the keys; the chart's platform.remediation refers to it)."""
-    from gpuvalues.schemas import VALUES_SCHEMA, load_schema
-
-    values = load_schema(VALUES_SCHEMA)
-    return {"$schema": values.get("$schema"), "$defs": values["$defs"], "$ref": "#/$defs/remediationConfig"}
-
-
-def load_config(path: str) -> dict:
-    """Read the YAML config through the project's reader (a regular file, bounded) and
-    check it against the schema; the first error is one line naming file:line:col and field."""
-    from gpuvalues.yamlio.loader import load_mapping
-    from gpuvalues.checks.rules import schema_findings
-
-    loaded = load_mapping(path, allow_empty=True, what="remediation config")
-    data = loaded.data if loaded.data is not None else {}
-    if not data:
-        return {}
-    findings = schema_findings(dataclasses.replace(loaded, data=data), config_schema())
-    if findings:
-        f = findings[0]
-        raise RemediateError(f.message, source=f.source or path, line=f.line, column=f.column, field=f.path or None,
-                             code=f.code)
-    return data
-
-
-def options_from_args(args) -> Options:
-    """Options from the `gpuvalues remediate` arguments and its --config file (flags win);
-    checked, so bad values fail before anything runs."""
-    cfg = load_config(args.config) if getattr(args, "config", None) else {}
-    src = args.config or "--config"
-
-    def pick(flag, key, default):
-        v = getattr(args, flag, None)
-        return v if v is not None else cfg.get(key, default)
-
-    sig = cfg.get("signals") or {}
-    enabled = {name for key, name in _SIGNAL_KEYS.items() if key != "exporterMissing" and sig.get(key, True)}
-    exporter = sig.get("exporterMissing", "warn")
-    if exporter != "ignore":
-        enabled.add("exporter")
-    defaults_s, defaults_m = SignalConfig(), Config()
-    try:
-        scfg = SignalConfig(enabled=frozenset(enabled),
-                            critical_xids=tuple(cfg.get("criticalXids", defaults_s.critical_xids)),
-                            window=cfg.get("window", defaults_s.window),
-                            node_label=cfg.get("nodeLabel", defaults_s.node_label),
-                            conditions=tuple(cfg.get("conditions", defaults_s.conditions)),
-                            exporter_missing_acts=exporter == "act",
-                            gpu_resource_prefix=cfg.get("gpuResourcePrefix", defaults_s.gpu_resource_prefix),
-                            exporter_job=cfg.get("exporterJob", ""), exporter_namespace=cfg.get("exporterNamespace", ""))
-    except ValueError as e:
-        raise RemediateError(str(e), source=src) from None
-    m = defaults_m
-    mcfg = Config(suspect_for_s=float(cfg.get("suspectForSeconds", m.suspect_for_s)),
-                  hold_down_s=float(cfg.get("holdDownSeconds", m.hold_down_s)),
-                  drain=cfg.get("drain", m.drain), drain_timeout_s=float(cfg.get("drainTimeoutSeconds", m.drain_timeout_s)),
-                  reset_label=cfg.get("resetLabel", m.reset_label),
-                  breaker_max_nodes=cfg.get("breakerMaxNodes", m.breaker_max_nodes),
-                  breaker_max_percent=float(cfg.get("breakerMaxPercent", m.breaker_max_percent)),
-                  breaker_pool_label=cfg.get("breakerPoolLabel", m.breaker_pool_label),
-                  max_new_quarantines_per_sync=cfg.get("maxNewQuarantinesPerSync", m.max_new_quarantines_per_sync),
-                  flap_window_s=float(cfg.get("flapWindowSeconds", m.flap_window_s)),
-                  flap_max_quarantines=cfg.get("flapMaxQuarantines", m.flap_max_quarantines),
-                  ignored_taints=tuple(cfg.get("ignoredTaints", m.ignored_taints)))
-    sync = float(pick("sync_period", "syncPeriodSeconds", 30.0))
-    opts = Options(kubeconfig=args.kubeconfig, context=args.context,
-                   prometheus_url=pick("prometheus_url", "prometheusUrl", None) or None,
-                   sync_period_s=sync,
-                   dry_run=bool(pick("dry_run", "dryRun", False)), once=bool(args.once),
-                   metrics_address=pick("metrics_address", "metricsAddress", "0.0.0.0:8080"),
-                   lease_namespace=pick("lease_namespace", "leaseNamespace", "default"),
-                   lease_name=pick("lease_name", "leaseName", "gpu-inference-remediation"),
-                   identity=args.identity or "", node_selector=cfg.get("nodeSelector", ""),
-                   lease_duration_s=float(cfg.get("leaseDurationSeconds", max(15.0, 3 * sync))),
-                   evictions_per_minute=float(cfg.get("evictionsPerMinute", 30.0)),
-                   prometheus_timeout_s=float(cfg.get("prometheusTimeoutSeconds", 10.0)), machine=mcfg, signals=scfg)
-    checks = [(math.isfinite(opts.sync_period_s) and opts.sync_period_s > 0, "syncPeriodSeconds", "must be > 0"),
-              (opts.lease_duration_s >= 2 * opts.sync_period_s or opts.once, "leaseDurationSeconds",
-               "must be at least twice the sync period (the leader renews once per sync)"),
-              (0 <= mcfg.breaker_max_percent <= 100, "breakerMaxPercent", "must be between 0 and 100"),
-              (mcfg.breaker_max_nodes >= 0, "breakerMaxNodes", "must be >= 0"),
-              (mcfg.max_new_quarantines_per_sync >= 0, "maxNewQuarantinesPerSync", "must be >= 0"),
-              (opts.evictions_per_minute > 0, "evictionsPerMinute", "must be > 0"),
-              (mcfg.suspect_for_s >= 0 and mcfg.hold_down_s >= 0, "suspectForSeconds/holdDownSeconds", "must be >= 0"),
-              (not opts.prometheus_url or opts.prometheus_url.startswith(("http://", "https://")),
-               "prometheusUrl", "must start with http:// or https://")]
-    for ok, key, msg in checks:
-        if not ok:
-            raise RemediateError(msg, source=src, field=key)
-    return opts
+__all__ = ["Controller", "SyncAborted", "main"]

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
+from gpuvalues.operations.kubeapi import MAX_LIST_BYTES, answered, read_json
 from gpuvalues.operations.remediation import PREFIX
 
 OWNER_ANNOTATION = f"{PREFIX}/owners"
@@ -151,6 +152,29 @@ class Backoff:
         self._next.pop(key, None)
 
 
+class TokenBucket:
+    """Eviction pacing: `rate` tokens per minute, at most `burst` saved."""
+
+    def __init__(self, per_minute: float, burst: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = per_minute / 60.0
+        self.burst = burst if burst is not None else max(1.0, per_minute / 6.0)
+        self.tokens = self.burst
+        self.clock = clock
+        self.t = clock()
+
+    def take_up_to(self, n: int) -> int:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.t) * self.rate)
+        self.t = now
+        k = min(n, int(self.tokens))
+        self.tokens -= k
+        return k
+
+    def give_back(self, n: int) -> None:
+        self.tokens = min(self.burst, self.tokens + n)
+
+
 class Drainer:
     """Evicts a node's pods through the Eviction API, a step at a time (at most one pod
     of each workload per step).
@@ -164,7 +188,8 @@ class Drainer:
 
     def __init__(self, core, *, gpu_only: bool = True, resource_prefixes: tuple[str, ...] = ("nvidia.com/",),
                  backoff: Backoff | None = None, max_per_step: int = 10, dry_run: bool = False,
-                 wall: Callable[[], float] = time.time, guard: Callable[[], None] | None = None):
+                 wall: Callable[[], float] = time.time, guard: Callable[[], None] | None = None,
+                 read_timeout: Callable[[], float] = lambda: 30.0):
         self.core = core
         self.gpu_only = gpu_only
         self.prefixes = resource_prefixes
@@ -173,6 +198,7 @@ class Drainer:
         self.dry_run = dry_run
         self.wall = wall
         self.guard = guard          # called before every eviction or delete (raises to refuse it)
+        self.read_timeout = read_timeout   # seconds an answer may take to read (the caller's deadline)
         self._ns_cache: dict[str, NamespacePolicy] = {}
 
     def pods_to_drain(self, node: str) -> tuple[list[dict], list[dict], list[tuple[str, str, str]]]:
@@ -181,7 +207,7 @@ class Drainer:
         left alone)."""
         resp = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}",
                                                      _preload_content=False)
-        pods = json.loads(resp.data)["items"]
+        pods = read_json(resp, MAX_LIST_BYTES, timeout_s=self.read_timeout(), what=f"the pods of node {node}")["items"]
         go, leaving, skipped = [], [], []
         for p in pods:
             meta = p["metadata"]
@@ -203,7 +229,8 @@ class Drainer:
             from kubernetes.client.exceptions import ApiException
             try:
                 resp = self.core.read_namespace(namespace, _preload_content=False)
-                self._ns_cache[namespace] = NamespacePolicy.from_namespace(json.loads(resp.data))
+                self._ns_cache[namespace] = NamespacePolicy.from_namespace(
+                    read_json(resp, timeout_s=self.read_timeout(), what=f"namespace {namespace}"))
             except ApiException:
                 self._ns_cache[namespace] = NamespacePolicy()
         return self._ns_cache[namespace]
@@ -261,7 +288,8 @@ class Drainer:
             delete_options=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None,
                                                   dry_run=["All"] if self.dry_run else None))
         try:
-            self.core.create_namespaced_pod_eviction(name, namespace, body)
+            answered(self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False),
+                     f"the eviction of {namespace}/{name}")
             return Eviction(namespace, name, uid, "evicted")
         except ApiException as e:
             return Eviction(namespace, name, uid, _outcome(e.status), _message(e))
@@ -272,9 +300,9 @@ class Drainer:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self.core.delete_namespaced_pod(name, namespace, body=client.V1DeleteOptions(
+            answered(self.core.delete_namespaced_pod(name, namespace, body=client.V1DeleteOptions(
                 preconditions=client.V1Preconditions(uid=uid) if uid else None,
-                dry_run=["All"] if self.dry_run else None))
+                dry_run=["All"] if self.dry_run else None), _preload_content=False), f"the delete of {namespace}/{name}")
             return Eviction(namespace, name, uid, "deleted")
         except ApiException as e:
             return Eviction(namespace, name, uid, "gone" if e.status == 404 else "error", _message(e))
@@ -317,7 +345,7 @@ def _with_owner(node: Mapping, owner: str, what: str, add: bool) -> str:
 
 
 def _read(core, name: str) -> dict:
-    return json.loads(core.read_node(name, _preload_content=False).data)
+    return read_json(core.read_node(name, _preload_content=False), what=f"node {name}")
 
 
 def _patch(core, node: dict, spec: dict | None, annotations: dict | None, dry_run: bool) -> None:
@@ -328,8 +356,9 @@ def _patch(core, node: dict, spec: dict | None, annotations: dict | None, dry_ru
         body["metadata"]["annotations"] = annotations
     if spec is not None:
         body["spec"] = spec
-    core.patch_node(node["metadata"]["name"], body, _content_type="application/merge-patch+json",
-                    **({"dry_run": "All"} if dry_run else {}))
+    answered(core.patch_node(node["metadata"]["name"], body, _content_type="application/merge-patch+json",
+                             _preload_content=False, **({"dry_run": "All"} if dry_run else {})),
+             f"node {node['metadata']['name']}")
 
 
 def cordon(core, name: str, owner: str, dry_run: bool = False) -> bool:

@@ -374,8 +374,8 @@ def step_node(node: NodeView, faults: Iterable[Fault], pods_left: int, now: floa
     s = rec.state
     # the state a held node rests in while its fault lasts
     rest = State.DRAINED if cfg.drain else State.QUARANTINED
-    no_data = Action("event", NO_EVIDENCE, f"{s.value}: no evidence of health (series missing or exporter not "
-                     "scraped); keeping the state", warning=True)
+    no_data = Action("event", NO_EVIDENCE, f"{s.value}: no evidence of health (series missing or stale, or exporter "
+                     "not scraped); keeping the state", warning=True)
 
     # Our taint gone while we hold the node: someone removed it by hand. That cancels this
     # fault episode (as NVSentinel treats a manual uncordon: docs/cancelling-breakfix.md);

@@ -24,6 +24,9 @@ touched. Waves (`plan_waves`, pure) hold at most
 `disruptionsAllowed` pods across the wave's nodes (a node whose pods alone exceed it goes
 alone; the Eviction API then paces it). Progress lives on the node (annotation
 `ROLLOUT_ANNOTATION`: target config and step), so a rollout that stops resumes where it was.
+A node whose annotation stops parsing while the rollout runs (`BadNodeState`) is skipped
+with a Warning Event and left as it is; the others go on, and `run()` then raises GV071.
+Every answer from the API server is read with a size cap and a deadline (kubeapi.py).
 
 Public API: `NodeChange`, `Wave`, `load_replan(path)`, `replan_changes(data)`, `ReplanFile`,
 `changes_from_replan(d)`, `check_option`, `check_cluster`, `parse_state`, `expected_resources(devices)`,
@@ -45,6 +48,8 @@ import yaml
 from gpuvalues.catalog import mig_resource_name
 from gpuvalues.errors import GpuValuesError
 from gpuvalues.operations import drain
+from gpuvalues.operations import events as eventlib
+from gpuvalues.operations.kubeapi import MAX_LIST_BYTES, answered, read_json
 
 PREFIX = "rollout.gpu-inference.io"
 ROLLOUT_ANNOTATION = f"{PREFIX}/state"
@@ -66,6 +71,11 @@ class RolloutInputError(RolloutError):
     name or label value Kubernetes would refuse; GV048 for a cluster that does not match)."""
 
     code = "GV046"
+
+
+class BadNodeState(RolloutInputError):
+    """A node's rollout state annotation that does not parse (GV048): refused before the
+    first action (`check_cluster`); found while the rollout runs, that node is skipped."""
 
 
 @dataclass(frozen=True)
@@ -607,13 +617,15 @@ def _selector_matches(selector: Mapping | None, labels: Mapping[str, str]) -> bo
 def pods_and_budgets(core, policy, nodes: Iterable[str]) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
     """GPU pods per node per PDB (`namespace/name`) and each PDB's disruptionsAllowed, read
     from the cluster (`core`: CoreV1Api, `policy`: PolicyV1Api)."""
-    pdbs = json.loads(policy.list_pod_disruption_budget_for_all_namespaces(_preload_content=False).data)["items"]
+    pdbs = read_json(policy.list_pod_disruption_budget_for_all_namespaces(_preload_content=False), MAX_LIST_BYTES,
+                     what="the PodDisruptionBudget list")["items"]
     allowance = {f"{p['metadata']['namespace']}/{p['metadata']['name']}":
                  int((p.get("status") or {}).get("disruptionsAllowed", 0)) for p in pdbs}
     wanted = set(nodes)
     per: dict[str, Counter] = {n: Counter() for n in wanted}
     # one LIST of every pod (not one per node: a 16k-node rollout would make 16k calls)
-    items = json.loads(core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+    items = read_json(core.list_pod_for_all_namespaces(_preload_content=False), MAX_LIST_BYTES,
+                      what="the pod list")["items"]
     for pod in items:
         node = (pod.get("spec") or {}).get("nodeName")
         if node not in wanted or drain.skip_reason(pod) or not drain.is_gpu_pod(pod):
@@ -643,8 +655,8 @@ def parse_state(node: Mapping) -> dict:
     if raw is None:
         return {}
 
-    def bad(why: str) -> RolloutInputError:
-        return RolloutInputError(f"node {name}: {why}; remove it to restart this node's rollout "
+    def bad(why: str) -> BadNodeState:
+        return BadNodeState(f"node {name}: {why}; remove it to restart this node's rollout "
                                  f"(kubectl annotate node {name} {ROLLOUT_ANNOTATION}-)",
                                  source=f"node/{name}", field=f"metadata.annotations[{ROLLOUT_ANNOTATION}]",
                                  code="GV048")
@@ -688,7 +700,7 @@ def check_cluster(nodes: Mapping[str, Mapping], replan: ReplanFile) -> None:
 
 def list_nodes(core) -> dict[str, dict]:
     """Every Node, by name (one LIST, read as JSON)."""
-    items = json.loads(core.list_node(_preload_content=False).data).get("items") or []
+    items = read_json(core.list_node(_preload_content=False), MAX_LIST_BYTES, what="the node list").get("items") or []
     return {n["metadata"]["name"]: n for n in items}
 
 
@@ -735,10 +747,11 @@ class NodeResult:
     steps: list[str] = field(default_factory=list)
     evicted: list[str] = field(default_factory=list)
     done: bool = False
+    skipped: str = ""        # why the rollout left this node (its state annotation went bad)
 
 
 def _read(core, name: str) -> dict:
-    return json.loads(core.read_node(name, _preload_content=False).data)
+    return read_json(core.read_node(name, _preload_content=False), what=f"node {name}")
 
 
 def advertises(node: Mapping, expected: Mapping[str, int]) -> bool:
@@ -801,21 +814,12 @@ class Rollout:
         self.log(f"{name}: {message}")
         if not self.events:
             return
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        body = {"apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": f"{name}.", "namespace": "default"},
-                "involvedObject": {"kind": "Node", "name": name, "uid": node["metadata"].get("uid", ""),
-                                   "apiVersion": "v1"},
-                "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
-                "source": {"component": EVENT_COMPONENT}, "reportingComponent": EVENT_COMPONENT,
-                "reportingInstance": EVENT_COMPONENT, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
-        try:
-            self.core.create_namespaced_event("default", body)
-        except (ApiException, HTTPError) as exc:
-            self.log(f"{name}: event {reason} not recorded: {exc}")
+        body = eventlib.event_body(kind="Node", name=name, namespace="", uid=node["metadata"].get("uid", ""),
+                                   reason=reason, message=message, warning=warning, component=EVENT_COMPONENT,
+                                   instance=EVENT_COMPONENT)
+        refused = eventlib.post(self.core, body)
+        if refused:
+            self.log(f"{name}: event {reason} not recorded: {refused}")
 
     def _write(self, node: dict, change: NodeChange, step: str, labels: Mapping | None = None,
                **extra: Any) -> dict:
@@ -829,7 +833,7 @@ class Rollout:
         resp = self.core.patch_node(change.node, {"metadata": meta}, _content_type="application/merge-patch+json",
                                     _preload_content=False)
         self.results[change.node].steps.append(step)
-        return json.loads(resp.data)
+        return read_json(resp, what=f"node {change.node}")
 
     def advance(self, change: NodeChange) -> bool:
         """One step of `change`'s node; True once it is done. A write that loses a race with
@@ -926,7 +930,12 @@ class Rollout:
             deadline = self.clock() + self.timeout
             while pending:
                 for name in sorted(pending):
-                    if self.advance(pending[name]):
+                    try:
+                        done = self.advance(pending[name])
+                    except BadNodeState as exc:   # rewritten while we ran: this node only
+                        self._skip(pending[name], exc)
+                        done = True
+                    if done:
                         del pending[name]
                 if not pending:
                     break
@@ -938,7 +947,22 @@ class Rollout:
                     raise RolloutError(f"wave {wave.index} not done after {self.timeout:g} s: "
                                        f"{', '.join(sorted(pending))} (rerun to resume)")
                 self.sleep(self.poll)
+        skipped = sorted(n for n, r in self.results.items() if r.skipped)
+        if skipped:
+            raise RolloutError(f"{len(skipped)} node(s) skipped, their rollout state annotation went bad while the "
+                               f"rollout ran: {', '.join(skipped)} (every other node is done; see their "
+                               f"MigRolloutSkipped Events, remove the annotation and rerun)", code="GV071")
         return self.results
+
+    def _skip(self, change: NodeChange, exc: BadNodeState) -> None:
+        """Leave a node whose state annotation no longer parses as it is (a Warning Event says
+        how it was left); the rest of the rollout goes on."""
+        res = self.results.setdefault(change.node, NodeResult(change.node, change.to))
+        res.skipped = exc.message
+        node = _read(self.core, change.node)
+        cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+        self.event(node, "MigRolloutSkipped", f"skipped: {exc.message}; the node is left as it is"
+                   f"{' (still cordoned)' if cordoned else ''}", warning=True)
 
 
 def apply_mig_parted_config(core, namespace: str, name: str, cfg: Mapping, key: str = "config.yaml",
@@ -951,7 +975,8 @@ def apply_mig_parted_config(core, namespace: str, name: str, cfg: Mapping, key: 
     from gpuvalues.yamlio.loader import parse_yaml
 
     try:
-        cm = json.loads(core.read_namespaced_config_map(name, namespace, _preload_content=False).data)
+        cm = read_json(core.read_namespaced_config_map(name, namespace, _preload_content=False),
+                       what=f"configmap {namespace}/{name}")
     except ApiException as exc:
         raise RolloutError(f"configmap {namespace}/{name}: {exc.status} {exc.reason}") from None
     # what is in the cluster is read as untrusted as a file (aliases bounded, one document)
@@ -964,6 +989,7 @@ def apply_mig_parted_config(core, namespace: str, name: str, cfg: Mapping, key: 
               "mig-configs": {**(current.get("mig-configs") or {}), **cfg.get("mig-configs", {})}}
     body = {"metadata": {"resourceVersion": cm["metadata"]["resourceVersion"]},
             "data": {key: yaml.safe_dump(merged, sort_keys=False)}}
-    core.patch_namespaced_config_map(name, namespace, body, _content_type="application/merge-patch+json",
-                                     **({"dry_run": "All"} if dry_run else {}))
+    answered(core.patch_namespaced_config_map(name, namespace, body, _content_type="application/merge-patch+json",
+                                              _preload_content=False, **({"dry_run": "All"} if dry_run else {})),
+             f"configmap {namespace}/{name}")
     return sorted(cfg.get("mig-configs", {}))

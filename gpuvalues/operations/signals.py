@@ -46,7 +46,7 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from gpuvalues.errors import GpuValuesError
 from gpuvalues.operations.remediation import Fault
@@ -76,6 +76,7 @@ LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")   # Prometheus data model: la
 DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+")  # PromQL durations (promql/parser/lex.go)
 MAX_RESPONSE_BYTES = 8 * 2**20   # a Prometheus answer larger than this is refused (chart limit 256Mi)
 MAX_SERIES = 200_000
+DEFAULT_MAX_SAMPLE_AGE_S = 60.0   # 4 x the chart's DCGM scrape interval (15 s)
 
 
 def promql_string(value: str) -> str:
@@ -111,12 +112,17 @@ class SignalConfig:
     gpu_resource_prefix: str = "nvidia.com/"
     exporter_job: str = ""          # the chart's DCGM exporter job; empty: any job (not advised)
     exporter_namespace: str = ""    # its namespace (a target label); empty: any
+    # Evidence of health needs samples younger than this (seconds): 4 scrape intervals of
+    # the chart's DCGM ServiceMonitor (15 s), so three missed scrapes still count as fresh.
+    max_sample_age_s: float = DEFAULT_MAX_SAMPLE_AGE_S
 
     def __post_init__(self):
         if not LABEL_NAME.fullmatch(self.node_label):
             raise ValueError(f"nodeLabel {self.node_label!r} is not a Prometheus label name")
         if not DURATION.fullmatch(self.window):
             raise ValueError(f"window {self.window!r} is not a PromQL duration (e.g. 10m)")
+        if not (math.isfinite(self.max_sample_age_s) and self.max_sample_age_s > 0):
+            raise ValueError(f"maxSampleAgeSeconds {self.max_sample_age_s!r} must be a number of seconds > 0")
 
     def node_labels(self) -> tuple[str, ...]:
         """The labels that name the node, first match wins."""
@@ -129,13 +135,12 @@ class SignalConfig:
         return "{" + ",".join(parts) + "}"
 
     def _guard(self) -> str:
-        """Keep series of targets of our job (and namespace) whose last scrape succeeded."""
-        if not self.exporter_job and not self.exporter_namespace:
-            return ""
+        """Keep series of targets of our job (and namespace) whose last scrape succeeded
+        (without a job, of any target with that instance whose last scrape succeeded)."""
         labels = [f"job={promql_string(self.exporter_job)}"] if self.exporter_job else []
         if self.exporter_namespace:
             labels.append(f"namespace={promql_string(self.exporter_namespace)}")
-        return f" and on (instance) (up{{{','.join(labels)}}} == 1)"
+        return f" and on (instance) (up{{{','.join(labels)}}} == 1)" if labels else " and on (instance) (up == 1)"
 
     def queries(self) -> dict[str, str]:
         """PromQL per Prometheus signal, each aggregated to (node, gpu[, xid])."""
@@ -152,8 +157,10 @@ class SignalConfig:
         if "nvlink" in self.enabled:
             q["nvlink"] = (f"max by ({by}, gpu) (increase(DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"
                            f"{self._sel()}[{w}]){g}) > 0")
-        # evidence of health, always queried: which nodes the exporter reports at all
-        q["presence"] = f"count by ({by}) (DCGM_FI_DEV_GPU_TEMP{self._sel()}{g})"
+        # evidence of health, always queried: per node, the oldest sample time of its GPUs'
+        # series (timestamp(): an instant vector's own time is the evaluation time, so a last
+        # sample still inside the lookback window would look fresh without it)
+        q["presence"] = f"min by ({by}) (timestamp(DCGM_FI_DEV_GPU_TEMP{self._sel()}){g})"
         return q
 
     def node_of(self, metric: Mapping) -> str | None:
@@ -176,13 +183,46 @@ def _sample(s: Mapping) -> float | None:
 def evidence_from_results(results: Mapping[str, list[Mapping]] | None, cfg: SignalConfig,
                           gpu_nodes: Iterable[str]) -> dict[str, bool]:
     """Per GPU node, whether Prometheus gave evidence of health: its exporter's series are
-    there (from a scraped target of the exporter job). None (Prometheus failed): none."""
+    there (from a scraped target of the exporter job, `up == 1`) and fresh: every GPU's last
+    sample at most `max_sample_age_s` older than the query's evaluation time. A node whose
+    exporter stopped while Prometheus still returns its last sample (inside the lookback
+    window, or with a timestamp far in the past) has none. None (Prometheus failed): none."""
     seen = set()
     for s in (results or {}).get("presence", ()):
         node = cfg.node_of(s.get("metric") or {})
-        if node and _sample(s) is not None:
+        age = sample_age(s)
+        if node and age is not None and age <= cfg.max_sample_age_s:
             seen.add(node)
     return {n: n in seen for n in gpu_nodes}
+
+
+def sample_age(s: Mapping[str, Any]) -> float | None:
+    """For a `timestamp()` result: evaluation time minus the sample's time (seconds), or
+    None when either is not a finite time."""
+    try:
+        at, v = float(s["value"][0]), float(s["value"][1])
+    except (TypeError, ValueError, IndexError, KeyError):
+        return None
+    if not (math.isfinite(at) and math.isfinite(v) and v > 0):
+        return None
+    return max(0.0, at - v)
+
+
+def check_fresh(results: Mapping[str, Sequence[Mapping[str, Any]]], max_age_s: float,
+                now: float | None = None) -> None:
+    """PrometheusError when an answer was evaluated more than `max_age_s` away from our
+    clock (a cached or replayed answer, a Prometheus whose clock is off): no signal in it
+    can be trusted, so the sync treats Prometheus as unavailable."""
+    now = time.time() if now is None else now
+    for sig, series in results.items():
+        for s in series:
+            try:
+                at = float(s["value"][0])
+            except (TypeError, ValueError, IndexError, KeyError):
+                raise PrometheusError(f"the {sig} answer has a sample without a time") from None
+            if not math.isfinite(at) or abs(now - at) > max_age_s:
+                raise PrometheusError(f"the {sig} answer was evaluated {now - at:.0f} s from our clock "
+                                      f"(more than {max_age_s:g} s): stale or replayed, not used")
 
 
 def faults_from_results(results: Mapping[str, list[Mapping]], cfg: SignalConfig,
@@ -314,8 +354,11 @@ class Prometheus:
         return [s for s in result if isinstance(s, dict)]
 
     def collect(self, cfg: SignalConfig, deadline: float | None = None) -> dict[str, list[dict]]:
-        """Every enabled Prometheus signal's result."""
-        return {sig: self.query(q, deadline) for sig, q in cfg.queries().items()}
+        """Every enabled Prometheus signal's result, each evaluated within
+        `cfg.max_sample_age_s` of our clock (`check_fresh`)."""
+        results = {sig: self.query(q, deadline) for sig, q in cfg.queries().items()}
+        check_fresh(results, cfg.max_sample_age_s)
+        return results
 
 
 def _abort(held: list) -> None:

@@ -10,7 +10,7 @@ import copy
 import pytest
 import yaml
 
-from gpuvalues.operations import controller, drain
+from gpuvalues.operations import config, drain
 from gpuvalues.operations.remediation import TAINT_EFFECT, TAINT_KEY
 from tests.chart.chartlib import HELMS, KUBE_MINORS, by_kind, k8s_errors, render, template
 from tests.conftest import CHART, run
@@ -121,7 +121,7 @@ def test_config_is_accepted_by_the_controller(helm, rendered_on, tmp_path):
     ns = argparse.Namespace(config=str(f), kubeconfig=None, context=None, prometheus_url=None, sync_period=None,
                             dry_run=None, once=None, metrics_address=None, lease_namespace=None, lease_name=None,
                             identity=None)
-    opts = controller.options_from_args(ns)
+    opts = config.options_from_args(ns)
     assert opts.lease_namespace == role["metadata"]["namespace"] == NS
     assert opts.sync_period_s == 30 and opts.lease_duration_s == 90
     assert opts.machine.breaker_max_nodes == 2 and opts.machine.breaker_max_percent == 50

@@ -25,7 +25,7 @@ import urllib.request
 import pytest
 import yaml
 
-from gpuvalues.operations.controller import BREAKER_ANNOTATION
+from gpuvalues.operations.lease import BREAKER_ANNOTATION
 from gpuvalues.operations.remediation import ANN_RECORD, ANN_STATE, TAINT_KEY
 from tests.e2e.conftest import POOL
 from tests.e2e.test_remediation import (SYNC, Remediator, _gpu_deployment, controller_events, lease_holder,
@@ -38,7 +38,13 @@ JOB = "dcgm-exporter"
 
 class PerNodeExporter(http.server.ThreadingHTTPServer):
     """DCGM exposition per node (`/metrics?node=N`, one Prometheus target each); a node in
-    `down` answers 503 (its exporter is gone: up == 0); `xid[node] = code` injects an Xid."""
+    `down` answers 503 (its exporter is gone: up == 0); `xid[node] = code` injects an Xid.
+    A node in `stamped` gets its reading with an explicit timestamp (the time it was
+    collected, as relays and exporters that timestamp their readings expose it), and
+    `frozen[node] = t` then keeps serving that reading stamped t: an exporter stuck on one
+    reading. The target stays up and Prometheus returns the sample for its whole lookback
+    window (an explicitly stamped series gets no staleness marker); only its timestamp
+    tells it is old."""
 
     daemon_threads = True
 
@@ -47,13 +53,18 @@ class PerNodeExporter(http.server.ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.xid: dict[str, int] = {}
         self.down: set[str] = set()
+        self.stamped: set[str] = set()
+        self.lowercase: set[str] = set()     # label `hostname` (dcgm-exporter after d5e5f51)
+        self.frozen: dict[str, float] = {}
 
     def body(self, n: str) -> str | None:
         with self.lock:
             if n in self.down:
                 return None
-            lab = f'gpu="0",UUID="GPU-{n}",device="nvidia0",modelName="NVIDIA A100-SXM4-80GB",Hostname="{n}"'
-            out = ["# TYPE DCGM_FI_DEV_GPU_TEMP gauge", f"DCGM_FI_DEV_GPU_TEMP{{{lab}}} 40"]
+            host = "hostname" if n in self.lowercase else "Hostname"
+            lab = f'gpu="0",UUID="GPU-{n}",device="nvidia0",modelName="NVIDIA A100-SXM4-80GB",{host}="{n}"'
+            ts = f" {int(self.frozen.get(n, time.time()) * 1000)}" if n in self.stamped else ""
+            out = ["# TYPE DCGM_FI_DEV_GPU_TEMP gauge", f"DCGM_FI_DEV_GPU_TEMP{{{lab}}} 40{ts}"]
             if n in self.xid:
                 out.append(f'DCGM_EXP_XID_ERRORS_COUNT{{{lab},xid="{self.xid[n]}",window_size_in_ms="300000"}} 1')
         return "\n".join(out) + "\n"
@@ -122,7 +133,8 @@ class Signals:
             return json.loads(r.read())["data"]["result"]
 
     def present(self) -> set[str]:
-        return {s["metric"].get("Hostname") for s in self.query(f'DCGM_FI_DEV_GPU_TEMP{{job="{JOB}"}}')}
+        return {s["metric"].get("Hostname") or s["metric"].get("hostname")
+                for s in self.query(f'DCGM_FI_DEV_GPU_TEMP{{job="{JOB}"}}')}
 
     def has_xid(self, n: str) -> bool:
         return bool(self.query(f'DCGM_EXP_XID_ERRORS_COUNT{{job="{JOB}",Hostname="{n}"}}'))
@@ -237,10 +249,10 @@ def test_slow_huge_hanging_prometheus_keeps_one_leader_healthz_and_sigterm(kube,
             sig.exporter.xid.pop(x)
         for mode, kw in (("slow", {"slow_s": 5.0}), ("hang", {}), ("huge", {"huge_series": 250_000}), ("error", {})):
             proxy.set(mode, **kw)
-            skipped = rem.sample("a", 'gpu_remediation_syncs_total{result="skipped"}')
+            skipped = rem.sample("a", 'gpu_remediation_syncs_total{result="source-down"}')
             renew = _lease(kube, namespace)["spec"]["renewTime"]
-            e2e_wait(f"{mode}: a sync ends (skipped) within its deadline",
-                     lambda: rem.sample("a", 'gpu_remediation_syncs_total{result="skipped"}') > skipped, timeout=15)
+            e2e_wait(f"{mode}: a sync ends (source-down) within its deadline",
+                     lambda: rem.sample("a", 'gpu_remediation_syncs_total{result="source-down"}') > skipped, timeout=15)
             e2e_wait(f"{mode}: the Lease renewed", lambda: _lease(kube, namespace)["spec"]["renewTime"] != renew,
                      timeout=10)
             with urllib.request.urlopen(f"http://127.0.0.1:{rem.procs['a'][1]}/healthz", timeout=5) as r:
@@ -453,3 +465,101 @@ def test_forged_draining_records_do_not_drain_past_the_breaker(kube, namespace, 
         with sig.exporter.lock:
             for n in nodes:
                 sig.exporter.xid.pop(n, None)
+
+
+def test_stale_samples_and_a_replayed_answer_are_not_health(kube, namespace, pool, sig, proxy, tmp_path):
+    """x's exporter freezes on its last reading (target up, sample timestamp fixed): Prometheus
+    returns that sample for 5 minutes and the earlier controller took it for health. Then
+    every answer arrives an hour old (replayed): not used either. Fresh data releases x.
+    Meanwhile y's record is rewritten into something that does not parse, between two
+    syncs: y alone is skipped (an Event), the rest of the fleet goes on."""
+    x, y = pool("rem-stale", [1, 1])
+    with sig.exporter.lock:
+        sig.exporter.stamped.add(x)
+    sig.watch([x, y])
+    rem = remediator(kube, namespace, tmp_path, proxy, "rem-stale", maxSampleAgeSeconds=4)
+    try:
+        rem.start("s")
+        with sig.exporter.lock:
+            sig.exporter.xid[x] = 79
+        e2e_wait("x quarantined", lambda: held(kube, x), timeout=20)
+        kube.kubectl("annotate", "node", y, f"{ANN_STATE}=drained", f'{ANN_RECORD}={{"since":"later"}}')
+        with sig.exporter.lock:
+            sig.exporter.xid.pop(x)                       # the Xid goes, the last reading stays
+            sig.exporter.frozen[x] = time.time()
+        e2e_wait("the Xid gone from Prometheus", lambda: not sig.has_xid(x), timeout=15)
+        time.sleep(4 + 3 + 3 * SYNC)                   # past the age limit, window + hold-down + syncs
+        assert x in sig.present(), "Prometheus no longer returns the frozen sample: the scenario is void"
+        assert held(kube, x), "released on a stale sample"
+        assert events_on(kube, "NoHealthEvidence", x)
+        assert rem.sample("s", "gpu_remediation_nodes_without_evidence") >= 1
+        assert events_on(kube, "InvalidRemediationRecord", y) and not held(kube, y)
+        assert rem.sample("s", "gpu_remediation_invalid_records") == 1
+        # the exporter recovers but every answer is an hour old: Prometheus counts as down
+        with sig.exporter.lock:
+            sig.exporter.frozen.pop(x)
+        proxy.set("age", age_s=3600.0)
+        down = rem.sample("s", 'gpu_remediation_syncs_total{result="source-down"}')
+        e2e_wait("a replayed answer is source-down",
+                 lambda: rem.sample("s", 'gpu_remediation_syncs_total{result="source-down"}') >= down + 2, timeout=15)
+        assert held(kube, x), "released on a replayed answer"
+        proxy.set("pass")
+        e2e_wait("x released on fresh evidence", lambda: not held(kube, x), timeout=30)
+    finally:
+        rem.stop()
+        with sig.exporter.lock:
+            sig.exporter.xid.pop(x, None)
+            sig.exporter.frozen.pop(x, None)
+            sig.exporter.stamped.discard(x)
+
+
+def test_once_with_prometheus_unreachable_exits_3(kube, capsys):
+    """`remediate --once` against an unreachable Prometheus (a closed loopback port): one
+    line, exit 3 (TransientError), where it exited 0 with the sync counted as "skipped"."""
+    import socket
+
+    from gpuvalues import cli
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    capsys.readouterr()
+    rc = cli.main(["remediate", "--once", "--dry-run", "--kubeconfig", str(kube.cluster.kubeconfig),
+                   "--prometheus-url", f"http://127.0.0.1:{port}", "--metrics-address", ""])
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.startswith("gpuvalues: error:")]
+    assert rc == 3, err
+    assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0] and lines[0].endswith("[GV036]"), err
+    assert "Traceback" not in err
+
+
+def test_nan_and_zero_are_no_fault_and_the_new_label_spelling_is_read(kube, namespace, pool, sig, proxy, tmp_path):
+    """x has Xid 79 in the exporter, but every value Prometheus answers is NaN, then 0: no
+    quarantine (the earlier controller counted any sample as a fault). y's exporter names
+    its node with `hostname` (dcgm-exporter after d5e5f51): its Xid is read."""
+    x, y = pool("rem-values", [1, 1])
+    with sig.exporter.lock:
+        sig.exporter.lowercase.add(y)
+    sig.watch([x, y])
+    rem = remediator(kube, namespace, tmp_path, proxy, "rem-values")
+    try:
+        with sig.exporter.lock:
+            sig.exporter.xid[x] = 79
+        e2e_wait("the Xid in Prometheus", lambda: sig.has_xid(x), timeout=15)
+        for value in ("NaN", "0"):
+            proxy.set("values", value=value)
+            rem.start(f"v{value}")
+            time.sleep(3 * SYNC)
+            assert not held(kube, x) and state(node(kube, x)) == "healthy", f"quarantined on {value}"
+            rem.stop()
+        proxy.set("pass")
+        with sig.exporter.lock:
+            sig.exporter.xid[y] = 79
+        rem.start("vpass")
+        e2e_wait("x and y quarantined on real values", lambda: held(kube, x) and held(kube, y), timeout=30)
+    finally:
+        rem.stop()
+        with sig.exporter.lock:
+            sig.exporter.xid.pop(x, None)
+            sig.exporter.xid.pop(y, None)
+            sig.exporter.lowercase.discard(y)

@@ -65,13 +65,16 @@ class FakeMigManager(threading.Thread):
     once; else `pending`, the new resources published, then `success`. `react_after` makes it
     late: it starts that many seconds after it sees the change (a busy or restarting
     mig-manager), leaving whatever state the node had; `busy_for` makes it finish an earlier
-    change first (the node starts `pending`, then `success` for the old config)."""
+    change first (the node starts `pending`, then `success` for the old config); `reboot_for`
+    makes the change need a reboot (a MIG mode change with WITH_REBOOT: upstream sets
+    `rebooting` when applyMigModeChange fails, reboots, and its next Run sets `pending` again,
+    then `success`), the node rebooting for that many seconds."""
 
     def __init__(self, kube, nodes: list[str], configmap: tuple[str, str], delay: float = 1.0,
-                 react_after: float = 0.0, busy_for: float = 0.0):
+                 react_after: float = 0.0, busy_for: float = 0.0, reboot_for: float = 0.0):
         super().__init__(daemon=True)
         self.kube, self.nodes, self.cm, self.delay = kube, nodes, configmap, delay
-        self.react_after, self.busy_for = react_after, busy_for
+        self.react_after, self.busy_for, self.reboot_for = react_after, busy_for, reboot_for
         self.label_when_earlier_done: dict[str, str | None] = {}
         self.applied: dict[str, str] = {}
         self.history: list[tuple[str, str]] = []
@@ -115,6 +118,11 @@ class FakeMigManager(threading.Thread):
                     self.history.append((name, want))
                     continue
                 self.state(name, "pending")
+                if self.reboot_for:      # the mode change needs a reboot; the next Run starts over
+                    self.state(name, "rebooting")
+                    if self.stop.wait(self.reboot_for):
+                        return
+                    self.state(name, "pending")
                 time.sleep(self.delay)   # reconfiguring the GPUs
                 status = {**old, **{k: str(v) for k, v in res.items()}}
                 self.kube.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p",
@@ -308,10 +316,10 @@ def node_events(kube, node: str) -> list[dict]:
                                        int(e["metadata"]["resourceVersion"])))
 
 
-def _lone_node(kube, namespace, config: str, state: str) -> str:
+def _lone_node(kube, namespace, config: str, state: str, suffix: str = "lone") -> str:
     """One A100 node running `config`, with `nvidia.com/mig.config.state=state` left over from
     an earlier change, its resources from the upstream device plugin."""
-    name = f"mig-{namespace[-6:]}-lone"
+    name = f"mig-{namespace[-6:]}-{suffix}"
     res = {"cpu": 64, "memory": "512Gi", "pods": 110, "nvidia.com/gpu": 0, **resources_for(CONFIGS[config])}
     kube.cluster.add_nodes(harness.nodes_from_inventory(Inventory.from_dict(
         {"apiVersion": "gpuvalues/v1", "kind": "Inventory", "nodes": [{
@@ -321,11 +329,14 @@ def _lone_node(kube, namespace, config: str, state: str) -> str:
     return name
 
 
-def _replan_file(tmp_path, node: str, frm: str, to: str, devices: list) -> str:
-    """A re-plan result of one change, as `gpuvalues --output json replan` prints it."""
-    data = {"gpus_used": 1, "nodes_changed": 1, "changes": [{"node": node, "from": frm, "to": to}],
-            "node_configs": {node: to},
-            "plan": {"pools": [{"name": "a100", "node_groups": [{"config": to, "count": 1, "devices": devices}]}],
+def _replan_file(tmp_path, node: str | list[str], frm: str, to: str, devices: list) -> str:
+    """A re-plan result changing `node` (or each of a list), as `gpuvalues --output json
+    replan` prints it."""
+    nodes = [node] if isinstance(node, str) else node
+    data = {"gpus_used": len(nodes), "nodes_changed": len(nodes),
+            "changes": [{"node": n, "from": frm, "to": to} for n in nodes], "node_configs": {n: to for n in nodes},
+            "plan": {"pools": [{"name": "a100", "node_groups": [{"config": to, "count": len(nodes),
+                                                                 "devices": devices}]}],
                      "mig_parted_config": None}}
     f = tmp_path / "replan.json"
     f.write_text(json.dumps(data, indent=1))
@@ -467,3 +478,95 @@ def test_cluster_mismatches_are_refused_before_anything_is_touched(kube, namespa
         assert not node_events(kube, node)
     finally:
         kube.kubectl("delete", "node", "--ignore-not-found", "--wait=false", node, check=False)
+
+
+def test_a_rebooting_mig_manager_keeps_the_node_cordoned_until_success(kube, namespace, tmp_path, capsys):
+    """The change needs a reboot: mig-manager goes pending -> rebooting -> (the node reboots)
+    -> pending -> success. The rollout must wait through `rebooting` with the node cordoned
+    and uncordon it only after `success` and the new resources."""
+    from gpuvalues import cli
+
+    _configmap(kube, namespace)
+    node = _lone_node(kube, namespace, "all-1g", "success", suffix="reboot")
+    mgr = FakeMigManager(kube, [node], (namespace, "mig-parted-config"), reboot_for=3.0)
+    mgr.applied = {node: "all-1g"}
+    seen: list[tuple[str | None, bool]] = []        # (state label, cordoned) while it runs
+    stop = threading.Event()
+
+    def watch():
+        while not stop.wait(0.2):
+            n = kube.nodes()[node]
+            seen.append((n["metadata"]["labels"].get(MIG_STATE_LABEL), bool(n["spec"].get("unschedulable"))))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    mgr.start()
+    watcher.start()
+    try:
+        rc = cli.main(["rollout", _replan_file(tmp_path, node, "all-1g", "all-3g", [{"3g.40gb": 2}]),
+                       "--poll", "0.3", "--timeout", "60"])
+        assert rc == 0, capsys.readouterr().err
+    finally:
+        stop.set()
+        watcher.join(5)
+        mgr.stop.set()
+        mgr.join(10)
+    assert mgr.states == [(node, "pending"), (node, "rebooting"), (node, "pending"), (node, "success")]
+    rebooting = [cordoned for st, cordoned in seen if st == "rebooting"]
+    assert rebooting and all(rebooting), f"uncordoned while rebooting: {seen}"
+    n = kube.nodes()[node]
+    assert not n["spec"].get("unschedulable") and n["metadata"]["labels"][MIG_CONFIG_LABEL] == "all-3g"
+    waiting = [e["message"] for e in node_events(kube, node) if e["reason"] == "MigRolloutWaiting"]
+    assert any("rebooting" in m for m in waiting), waiting
+    assert [e["reason"] for e in node_events(kube, node)][-1] == "MigRolloutSucceeded"
+    kube.kubectl("delete", "node", "--ignore-not-found", "--wait=false", node, check=False)
+
+
+def test_a_state_annotation_gone_bad_mid_rollout_skips_that_node_only(kube, namespace, tmp_path, capsys):
+    """Two nodes, one per wave. While the first waits for mig-manager (late, 4 s), someone
+    rewrites its rollout state annotation into something that does not parse. The rollout
+    must skip that node with a Warning Event and still roll the second; it used to stop at
+    once (GV048 mid-run), leaving the second untouched."""
+    from gpuvalues import cli
+
+    _configmap(kube, namespace)
+    first = _lone_node(kube, namespace, "all-1g", "success", suffix="bad-a")
+    second = _lone_node(kube, namespace, "all-1g", "success", suffix="bad-b")
+    mgr = FakeMigManager(kube, [first, second], (namespace, "mig-parted-config"), react_after=4.0)
+    mgr.applied = {first: "all-1g", second: "all-1g"}
+    out: dict = {}
+
+    def run():
+        out["rc"] = cli.main(["rollout", _replan_file(tmp_path, [first, second], "all-1g", "all-3g", [{"3g.40gb": 2}]),
+                              "--poll", "0.3", "--timeout", "60"])
+
+    mgr.start()
+    t = threading.Thread(target=run, daemon=True)
+    try:
+        capsys.readouterr()
+        t.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            ann = (kube.nodes()[first]["metadata"].get("annotations") or {}).get(ROLLOUT_ANNOTATION)
+            if ann and json.loads(ann).get("step") == "labelled":
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"{first} never reached the labelled step")
+        kube.kubectl("annotate", "node", first, "--overwrite", ROLLOUT_ANNOTATION + "="
+                     + json.dumps({"target": "all-3g", "step": "labelled", "since": "yesterday"}))
+        t.join(90)
+        assert not t.is_alive(), "the rollout did not end"
+        err = capsys.readouterr().err
+    finally:
+        mgr.stop.set()
+        mgr.join(10)
+    assert out["rc"] == 2, err
+    (line,) = [x for x in err.splitlines() if x.startswith("gpuvalues: error:")]
+    assert first in line and second not in line and line.endswith("[GV071]"), line
+    b = kube.nodes()[second]
+    assert b["metadata"]["labels"][MIG_CONFIG_LABEL] == "all-3g" and not b["spec"].get("unschedulable")
+    assert json.loads(b["metadata"]["annotations"][ROLLOUT_ANNOTATION])["step"] == "done"
+    skipped = [e for e in node_events(kube, first) if e["reason"] == "MigRolloutSkipped"]
+    assert len(skipped) == 1 and skipped[0]["type"] == "Warning" and "still cordoned" in skipped[0]["message"]
+    assert kube.nodes()[first]["spec"].get("unschedulable") is True     # left as it was
+    kube.kubectl("delete", "node", "--ignore-not-found", "--wait=false", first, second, check=False)
