@@ -248,7 +248,6 @@ def gpu_operator_release(spec: Spec, layout: Layout | None, workloads: Sequence[
     if not p.gpu_operator:
         return None
     configs = {"default": DEFAULT_DEVICE_PLUGIN_CONFIG, **(dict(layout.device_plugin_configs) if layout else {})}
-    strategies = {c.get("flags", {}).get("migStrategy", "none") for c in configs.values()} - {"none"}
     device_plugin: dict = {"enabled": p.device_plugin, "config": {
         "create": True, "name": OPERATOR_DEVICE_PLUGIN_CONFIGMAP, "default": "default",
         "data": {name: yamlio.dump(cfg) for name, cfg in configs.items()}}}
@@ -261,9 +260,16 @@ def gpu_operator_release(spec: Spec, layout: Layout | None, workloads: Sequence[
                                  "default": ALL_DISABLED, "data": {"config.yaml": yamlio.dump(mig)}}
     values = {
         "nfd": {"enabled": spec.nfd == "deploy"},
-        # the cluster-wide strategy GFD and the device plugin start with; each named config's
-        # flags.migStrategy then applies on its nodes
-        "mig": {"strategy": "single" if strategies == {"single"} else "mixed"},
+        # No cluster-wide MIG strategy: the operator would pass it to the device plugin and
+        # GFD as MIG_STRATEGY (v26.7.0 controllers/object_controls.go applyMIGConfiguration),
+        # and an env var wins over the config file's flags.migStrategy (k8s-device-plugin
+        # api/config/v1/flags.go updateFromCLIFlag), so "mixed" everywhere made the plugin
+        # refuse every MPS config ("using --mig-strategy=mixed is not supported with MPS",
+        # cmd/nvidia-device-plugin/main.go validateFlags; found by
+        # tests/oracle/test_gpu_operator_oracle.py). Empty, the chart renders no strategy
+        # (templates/clusterpolicy.yaml `if .Values.mig.strategy`) and each node group's
+        # config says its own.
+        "mig": {"strategy": ""},
         "devicePlugin": device_plugin,
         "gfd": {"enabled": _gfd_wanted(spec, workloads)},
         "migManager": mig_manager,
