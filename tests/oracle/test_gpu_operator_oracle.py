@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 
 from gpuvalues.planners.deviceplugin import CONFIG_LABEL
-from gpuvalues.planners.migparted import MIG_CONFIG_LABEL
+from gpuvalues.planners.mig.migparted import MIG_CONFIG_LABEL
 from tests.chart.chartlib import HELMS, by_kind
 from tests.chart.test_gpu_operator import EXAMPLES, operator_fleet, render_operator
 from tests.oracle import oraclelib as ol
