@@ -238,6 +238,27 @@ def _gfd_wanted(spec: Spec, workloads: Sequence[Release]) -> bool:
                for k in producers.required_node_labels(r.values))
 
 
+def _operator_mig_strategy(spec: Spec, configs: Mapping[str, Mapping[str, Any]]) -> str:
+    """The ClusterPolicy's one MIG strategy. The operator passes it to the device plugin
+    and GFD as MIG_STRATEGY (v26.7.0 controllers/object_controls.go applyMIGConfiguration),
+    and an env var wins over each config file's flags.migStrategy (k8s-device-plugin
+    api/config/v1/flags.go updateFromCLIFlag): so it must be what every config says (a
+    config without MIG devices works with any). `mixed` with an MPS config is refused by the
+    plugin ("using --mig-strategy=mixed is not supported with MPS", cmd/nvidia-device-plugin
+    main.go validateFlags; found by tests/oracle/test_gpu_operator_oracle.py), and the chart
+    cannot leave the strategy unset (templates/clusterpolicy.yaml renders `mig:` empty,
+    which the API server refuses: tests/e2e/test_day1.py). Raises GV080 for that fleet."""
+    strategies = {c.get("flags", {}).get("migStrategy", "none") for c in configs.values()} - {"none"}
+    mps = sorted(n for n, c in configs.items() if (c.get("sharing") or {}).get("mps"))
+    if len(strategies) > 1 or (strategies == {"mixed"} and mps):
+        raise spec_error(SpecError, "platform.gpuOperator: the GPU Operator gives every node one MIG "
+                         f"strategy, but the node groups' configs need {sorted(strategies | {'none'} if mps else strategies)}"
+                         f"{' (MPS configs ' + ', '.join(mps) + ' refuse mixed)' if mps else ''}; use the "
+                         "platform's own device plugin (gpuOperator: false) or one strategy for the "
+                         "fleet", spec, "platform", "gpuOperator", code="GV080")
+    return strategies.pop() if strategies else "none"
+
+
 def gpu_operator_release(spec: Spec, layout: Layout | None, workloads: Sequence[Release]
                          ) -> Release | None:
     """With `platform.gpuOperator`, the values of NVIDIA's gpu-operator chart
@@ -261,16 +282,7 @@ def gpu_operator_release(spec: Spec, layout: Layout | None, workloads: Sequence[
                                  "default": ALL_DISABLED, "data": {"config.yaml": dump(mig)}}
     values = {
         "nfd": {"enabled": spec.nfd == "deploy"},
-        # No cluster-wide MIG strategy: the operator would pass it to the device plugin and
-        # GFD as MIG_STRATEGY (v26.7.0 controllers/object_controls.go applyMIGConfiguration),
-        # and an env var wins over the config file's flags.migStrategy (k8s-device-plugin
-        # api/config/v1/flags.go updateFromCLIFlag), so "mixed" everywhere made the plugin
-        # refuse every MPS config ("using --mig-strategy=mixed is not supported with MPS",
-        # cmd/nvidia-device-plugin/main.go validateFlags; found by
-        # tests/oracle/test_gpu_operator_oracle.py). Empty, the chart renders no strategy
-        # (templates/clusterpolicy.yaml `if .Values.mig.strategy`) and each node group's
-        # config says its own.
-        "mig": {"strategy": ""},
+        "mig": {"strategy": _operator_mig_strategy(spec, configs)},
         "devicePlugin": device_plugin,
         "gfd": {"enabled": _gfd_wanted(spec, workloads)},
         "migManager": mig_manager,

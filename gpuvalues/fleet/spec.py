@@ -44,6 +44,9 @@ class NodePool:
     topology: Topology | None = None
     price_per_gpu_hour: float | None = None
     node_selector: tuple[tuple[str, str], ...] = ()   # day-0 labels; () = POOL_LABEL: name
+    # the device plugin's container features on this pool's nodes (containerFeatures:
+    # gds, mofed, gdrcopy; planners.deviceplugin.CONTAINER_FEATURES says why all default off)
+    container_features: tuple[tuple[str, bool], ...] = ()
 
     @property
     def selector(self) -> dict[str, str]:
@@ -257,7 +260,8 @@ def from_data(data: dict, *, base_dir: Path = Path("."), loaded: Loaded | None =
                             label=t.get("label"))
         pools.append(NodePool(p["name"], p["gpu"], p["gpusPerNode"], p["nodes"],
                               bool(p.get("mig", False)), topo, p.get("pricePerGpuHour"),
-                              tuple(sorted((p.get("nodeSelector") or {}).items()))))
+                              tuple(sorted((p.get("nodeSelector") or {}).items())),
+                              tuple(sorted((p.get("containerFeatures") or {}).items()))))
     workloads = []
     for w in data["workloads"]:
         slo = w.get("slo", {})

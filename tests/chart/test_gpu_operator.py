@@ -42,19 +42,6 @@ def render_operator(helm: str, values: dict) -> list[dict]:
                   namespace="gpu-operator", kube_version="1.34.0")
 
 
-def stored(obj):
-    """The object as the API server validates it: null values of fields that are not
-    `nullable` are pruned first (k8s.io/apiextensions-apiserver
-    pkg/apiserver/schema/defaulting/prunenulls.go PruneNonNullableNullsWithoutDefaults; the
-    ClusterPolicy schema marks no field nullable). The chart renders `mig:` empty when no
-    strategy is set."""
-    if isinstance(obj, dict):
-        return {k: stored(v) for k, v in obj.items() if v is not None}
-    if isinstance(obj, list):
-        return [stored(v) for v in obj]
-    return obj
-
-
 def test_the_copied_chart_is_the_pinned_version():
     source = (OPERATOR_CHART / "SOURCE.md").read_text()
     assert GPU_OPERATOR_VERSION in source and "10ee5b3638b89e11e949412aafa5ba99279c3721" in source
@@ -68,7 +55,6 @@ def test_operator_values_render_a_valid_cluster_policy_with_our_configs(helm_nam
     op = fleet.gpu_operator
     objs = render_operator(HELMS[helm_name], dict(op.values))
     [cp] = by_kind(objs, "ClusterPolicy")
-    cp = stored(cp)
     assert crd_errors(cp) == []
     spec = cp["spec"]
     cms = {c["metadata"]["name"]: c["data"] for c in by_kind(objs, "ConfigMap")}
@@ -94,8 +80,9 @@ def test_operator_values_render_a_valid_cluster_policy_with_our_configs(helm_nam
             fleet.layout.mig_parted["mig-configs"]
     else:
         assert spec["migManager"]["enabled"] is False
-    # no cluster-wide MIG_STRATEGY: each config's flags.migStrategy applies (releases.py)
-    assert "strategy" not in spec.get("mig", {}), spec["mig"]
+    # the one strategy every config says (releases._operator_mig_strategy)
+    said = {c.get("flags", {}).get("migStrategy", "none") for c in fleet.layout.device_plugin_configs.values()}
+    assert spec["mig"]["strategy"] == (max(said - {"none"}) if said - {"none"} else "none"), (spec["mig"], said)
     assert spec["gfd"]["enabled"] is True and spec["dcgmExporter"]["enabled"] is True
     # the platform release renders none of the parts the operator runs
     pv = fleet.platform.values["platform"]
@@ -137,3 +124,24 @@ def test_operator_install_order_and_causal_model():
     values = dict(fleet.gpu_operator.values, gfd={"enabled": False})
     states = producers.node_states(fleet.spec, fleet.layout, fleet.platform.values, values)
     assert all("nvidia.com/gpu.product" not in s.labels for s in states)
+
+
+def test_operator_mode_refuses_mps_beside_mixed_mig():
+    """GV080: the operator's one MIG strategy (MIG_STRATEGY, which overrides every config's
+    own) cannot be `mixed` for a MIG pool and anything else for an MPS pool; the same fleet
+    without the operator validates (each config keeps its own strategy)."""
+    from gpuvalues.errors import GpuValuesError
+    doc = yaml.safe_load((ROOT / "examples" / "mps-two-models.yaml").read_text())
+    doc["cluster"]["nodePools"].append({"name": "a100", "gpu": "A100-80GB", "gpusPerNode": 8, "nodes": 1,
+                                        "mig": True})
+    doc["workloads"].append({"name": "small", "model": "BAAI/bge-large-en-v1.5", "server": "triton",
+                             "modelPvc": "bge-triton-repo", "memoryGB": 4, "nodePool": "a100",
+                             "sharing": {"mode": "mig"}, "throughputPerReplica": 50,
+                             "load": {"base": 20, "peak": 100}})
+    own = build_fleet(spec_from_text(yaml.safe_dump(doc), "mps-and-mig.yaml"))
+    assert not own.errors, own.errors
+    assert {c["flags"]["migStrategy"] for c in own.layout.device_plugin_configs.values()} >= {"mixed", "none"}
+    doc["platform"] = {"gpuOperator": True}
+    with pytest.raises(GpuValuesError) as e:
+        build_fleet(spec_from_text(yaml.safe_dump(doc), "mps-and-mig.yaml"))
+    assert e.value.code == "GV080" and "platform.gpuOperator" in str(e.value), str(e.value)
