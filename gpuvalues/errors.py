@@ -195,9 +195,6 @@ CODES = {
     "GV021": ("pods select a node label that nothing in the install produces",
               "turn on the part that produces it (platform.gpuFeatureDiscovery, cluster.nfd, the "
               "device plugin) or drop the selector"),
-    "GV080": ("the GPU Operator's one MIG strategy cannot serve every node group's config",
-              "set platform.gpuOperator: false (the platform's device plugin reads each group's "
-              "strategy) or give the fleet one MIG strategy and no MPS beside mixed MIG"),
     "GV031": ("an image tagged latest (it changes under a running release)",
               "pin a version tag or a digest (image.digest: sha256:...)"),
     "GV032": ("a hugepages or extended resource requested without an equal limit",
@@ -221,6 +218,9 @@ CODES = {
               "re-plan against the current cluster, or remove a malformed rollout state annotation"),
     "GV049": ("a rollout stopped: mig-manager failed or a wave timed out",
               "see the node's Events and mig-manager's logs, fix, then rerun (it resumes)"),
+    "GV080": ("the GPU Operator's one MIG strategy cannot serve every node group's config",
+              "set platform.gpuOperator: false (the platform's device plugin reads each group's "
+              "strategy) or give the fleet one MIG strategy and no MPS beside mixed MIG"),
     "GV100": ("bad input", "fix the value the message names"),
 }
 
