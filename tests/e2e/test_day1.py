@@ -577,7 +577,10 @@ def cluster_policy_is_accepted(kube, spec_doc: dict, tmp_path) -> None:
                  "versions": [{"name": crd["version"], "served": True, "storage": True,
                                "schema": {"openAPIV3Schema": crd["openAPIV3Schema"]},
                                "subresources": {"status": {}}}]}}))
-    kube.kubectl("wait", "--for=condition=Established", "--timeout=30s", f"crd/{crd['plural']}.{crd['group']}")
+    # polled: `kubectl wait` fails while the new CRD has no status.conditions yet
+    e2elib.wait("the ClusterPolicy CRD Established", lambda: any(
+        c["type"] == "Established" and c["status"] == "True" for c in kube.json(
+            "get", "crd", f"{crd['plural']}.{crd['group']}").get("status", {}).get("conditions") or []), timeout=30)
 
     def apply(obj):
         return kube.kubectl("apply", "--server-side", "--validate=strict", "-f", "-", input=json.dumps(obj),
