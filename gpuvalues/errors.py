@@ -243,6 +243,9 @@ CODES = {
               "see the node's MigRolloutSkipped Event; remove the annotation (the message gives the command) and rerun"),
     "GV075": ("a topology too irregular to analyse within gpuvalues' search bound",
               "check the `nvidia-smi topo -m` output: real NVLink graphs are a few cliques"),
+    "GV080": ("the GPU Operator's one MIG strategy cannot serve every node group's config",
+              "set platform.gpuOperator: false (the platform's device plugin reads each group's "
+              "strategy) or give the fleet one MIG strategy and no MPS beside mixed MIG"),
     "GV100": ("bad input", "fix the value the message names"),
 }
 

@@ -39,10 +39,10 @@ moddir() {  # moddir <module>@<version>: the module's source dir in Go's module 
 # Device plugin + GFD (ci/oracle/deviceplugin): a nested module under the plugin's
 # import path, so it may import internal/lm, internal/rm, internal/resource.
 build_deviceplugin() {
-  local v=$1 out=$2 src="$2/src" nvml
+  local out=$2 src="$2/src" nvml
   mkdir -p "$src" "$out/bin"
   cp "$HERE"/deviceplugin/*.go "$src/"
-  sed -e "s/@DEVICE_PLUGIN_VERSION@/$v/" -e "s/@GO_NVML_VERSION@/$GO_NVML_VERSION/" \
+  sed -e "s/@DEVICE_PLUGIN_VERSION@/$DEVICE_PLUGIN_VERSION/" -e "s/@GO_NVML_VERSION@/$GO_NVML_VERSION/" \
     "$HERE/deviceplugin/go.mod.in" >"$src/go.mod"
   # NVIDIA's mock GPU tables and mock server (go-nvml pkg/nvml/mock/{gpus,server} of
   # GO_NVML_MOCK_VERSION), compiled against the plugin's own go-nvml (the plugin's
@@ -153,12 +153,16 @@ build_migmanager() {
 }
 MIGMANAGER_VERSION="$MIG_PARTED_VERSION-$(sha256sum "$HERE/migmanager/main.go" | cut -c1-12)"
 
+# The device-plugin oracle's cache entry: the plugin pin and a hash of its sources (an
+# edit rebuilds it), read by tests/oracle/oraclelib.py ensure_built too.
+DEVICEPLUGIN_VERSION="$DEVICE_PLUGIN_VERSION-$(cat "$HERE"/deviceplugin/*.go "$HERE"/deviceplugin/go.mod.in "$HERE"/run-deviceplugin.sh | sha256sum | cut -c1-12)"
+
 components=("$@")
 [ ${#components[@]} -gt 0 ] || components=(deviceplugin migparted migmanager adapter keda ct)
 total_start=$(date +%s)
 for c in "${components[@]}"; do
   case $c in
-    deviceplugin) run_build deviceplugin "$DEVICE_PLUGIN_VERSION" build_deviceplugin ;;
+    deviceplugin) run_build deviceplugin "$DEVICEPLUGIN_VERSION" build_deviceplugin ;;
     migparted) run_build migparted "$MIG_PARTED_VERSION" build_migparted ;;
     migmanager) run_build migmanager "$MIGMANAGER_VERSION" build_migmanager ;;
     adapter) run_build adapter "$ADAPTER_VERSION" build_adapter ;;

@@ -20,7 +20,7 @@ layout gives it at most; `shortages` say where peak demand does not fit.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from gpuvalues.catalog import GIB_PER_GB
@@ -264,6 +264,29 @@ def _shared_config(spec: Spec, pool: NodePool, shared: Sequence[Placement]) -> t
     return f"{'mps' if mode == 'mps' else 'ts'}-{replicas}{'' if renamed else '-unrenamed'}", cfg
 
 
+def _container_features(spec: Spec, groups: list[NodeGroup], dp_configs: dict[str, dict[str, Any]]
+                        ) -> tuple[list[NodeGroup], dict[str, dict[str, Any]]]:
+    """Each pool's `containerFeatures` in the configs its node groups select. A pool that
+    turns any on gets its own configs (`<config>-<features>`, the default config's as
+    `<pool>-<features>`), so no other pool's containers get them; a config no group selects
+    any more is dropped. The features are per node (a device-plugin config), hence per pool."""
+    pools = {p.name: p for p in spec.node_pools}
+    out: list[NodeGroup] = []
+    configs = dict(dp_configs)
+    for g in groups:
+        on = sorted(k for k, v in pools[g.pool].container_features if v)
+        if not on or g.labels.get(deviceplugin.DEPLOY_LABEL) == "false":
+            out.append(g)
+            continue
+        base = g.device_plugin_config
+        name = f"{base or g.pool}-{'-'.join(on)}"
+        configs[name] = deviceplugin.with_container_features(
+            configs[base] if base else DEFAULT_DEVICE_PLUGIN_CONFIG, dict(pools[g.pool].container_features))
+        out.append(replace(g, labels={**g.labels, deviceplugin.CONFIG_LABEL: name}, device_plugin_config=name))
+    before, used = {g.device_plugin_config for g in groups}, {g.device_plugin_config for g in out}
+    return out, {k: v for k, v in configs.items() if k in used or k not in before}
+
+
 def lay_out(spec: Spec, placements: Sequence[Placement], peaks: Mapping[str, int], *,
             objective: str = "gpus", baselines: bool = False, time_limit: float = 30.0) -> Layout:
     """Lay out every pool for its workloads' peak replicas (`peaks`: workload -> replicas).
@@ -368,6 +391,7 @@ def lay_out(spec: Spec, placements: Sequence[Placement], peaks: Mapping[str, int
                            dict(objective=objective, baselines=baselines, time_limit=time_limit))
     mig_parted = migparted.build_mig_parted_config(mig_configs, device_filters=filters or None) \
         if mig_configs else None
+    groups, dp_configs = _container_features(spec, groups, dp_configs)
     return Layout(tuple(groups), mig_parted, dp_configs, units, plan, tuple(notes),
                   tuple(shortages), held, {k: (owner, idx) for k, (owner, idx, _) in parts.items()})
 

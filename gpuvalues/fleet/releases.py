@@ -270,6 +270,27 @@ def _gfd_wanted(spec: Spec, workloads: Sequence[Release]) -> bool:
                for k in producers.required_node_labels(r.values))
 
 
+def _operator_mig_strategy(spec: Spec, configs: Mapping[str, Mapping[str, Any]]) -> str:
+    """The ClusterPolicy's one MIG strategy. The operator passes it to the device plugin
+    and GFD as MIG_STRATEGY (v26.7.0 controllers/object_controls.go applyMIGConfiguration),
+    and an env var wins over each config file's flags.migStrategy (k8s-device-plugin
+    api/config/v1/flags.go updateFromCLIFlag): so it must be what every config says (a
+    config without MIG devices works with any). `mixed` with an MPS config is refused by the
+    plugin ("using --mig-strategy=mixed is not supported with MPS", cmd/nvidia-device-plugin
+    main.go validateFlags; found by tests/oracle/test_gpu_operator_oracle.py), and the chart
+    cannot leave the strategy unset (templates/clusterpolicy.yaml renders `mig:` empty,
+    which the API server refuses: tests/e2e/test_day1.py). Raises GV080 for that fleet."""
+    strategies = {c.get("flags", {}).get("migStrategy", "none") for c in configs.values()} - {"none"}
+    mps = sorted(n for n, c in configs.items() if (c.get("sharing") or {}).get("mps"))
+    if len(strategies) > 1 or (strategies == {"mixed"} and mps):
+        raise spec_error(SpecError, "platform.gpuOperator: the GPU Operator gives every node one MIG "
+                         f"strategy, but the node groups' configs need {sorted(strategies | {'none'} if mps else strategies)}"
+                         f"{' (MPS configs ' + ', '.join(mps) + ' refuse mixed)' if mps else ''}; use the "
+                         "platform's own device plugin (gpuOperator: false) or one strategy for the "
+                         "fleet", spec, "platform", "gpuOperator", code="GV080")
+    return strategies.pop() if strategies else "none"
+
+
 def gpu_operator_release(spec: Spec, layout: Layout | None, workloads: Sequence[Release]
                          ) -> Release | None:
     """With `platform.gpuOperator`, the values of NVIDIA's gpu-operator chart
@@ -281,7 +302,6 @@ def gpu_operator_release(spec: Spec, layout: Layout | None, workloads: Sequence[
     if not p.gpu_operator:
         return None
     configs = {"default": DEFAULT_DEVICE_PLUGIN_CONFIG, **(dict(layout.device_plugin_configs) if layout else {})}
-    strategies = {c.get("flags", {}).get("migStrategy", "none") for c in configs.values()} - {"none"}
     device_plugin: dict = {"enabled": p.device_plugin, "config": {
         "create": True, "name": OPERATOR_DEVICE_PLUGIN_CONFIGMAP, "default": "default",
         "data": {name: dump(cfg) for name, cfg in configs.items()}}}
@@ -294,9 +314,7 @@ def gpu_operator_release(spec: Spec, layout: Layout | None, workloads: Sequence[
                                  "default": ALL_DISABLED, "data": {"config.yaml": dump(mig)}}
     values = {
         "nfd": {"enabled": spec.nfd == "deploy"},
-        # the cluster-wide strategy GFD and the device plugin start with; each named config's
-        # flags.migStrategy then applies on its nodes
-        "mig": {"strategy": "single" if strategies == {"single"} else "mixed"},
+        "mig": {"strategy": _operator_mig_strategy(spec, configs)},
         "devicePlugin": device_plugin,
         "gfd": {"enabled": _gfd_wanted(spec, workloads)},
         "migManager": mig_manager,

@@ -79,6 +79,9 @@ class NodePool:
     price_per_gpu_hour: float | None = None
     node_selector: tuple[tuple[str, str], ...] = ()   # day-0 labels; () = POOL_LABEL: name
     group_domain_label: str | None = None   # one multi-node group per value of this label
+    # the device plugin's container features on this pool's nodes (containerFeatures:
+    # gds, mofed, gdrcopy; planners.deviceplugin.CONTAINER_FEATURES says why all default off)
+    container_features: tuple[tuple[str, bool], ...] = ()
 
     @property
     def selector(self) -> dict[str, str]:
@@ -325,7 +328,8 @@ def from_data(data: dict, *, base_dir: Path = Path("."), loaded: Loaded | None =
         pools.append(NodePool(p["name"], p["gpu"], p["gpusPerNode"], p["nodes"],
                               bool(p.get("mig", False)), topo, p.get("pricePerGpuHour"),
                               tuple(sorted((p.get("nodeSelector") or {}).items())),
-                              p.get("groupDomainLabel")))
+                              p.get("groupDomainLabel"),
+                              tuple(sorted((p.get("containerFeatures") or {}).items()))))
     workloads = []
     for w in data["workloads"]:
         slo = w.get("slo", {})

@@ -46,6 +46,15 @@ DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
 # api/config/v1/flags.go updateFromCLIFlag). A pool with GPUDirect hardware and
 # multi-node workloads would set them true in its own named config.
 CONTAINER_FEATURES = {"gdsEnabled": False, "mofedEnabled": False, "gdrcopyEnabled": False}
+# A node pool's `containerFeatures` (spec: gds, mofed, gdrcopy) -> these config flags.
+CONTAINER_FEATURE_FLAGS = {"gds": "gdsEnabled", "mofed": "mofedEnabled", "gdrcopy": "gdrcopyEnabled"}
+
+
+def with_container_features(config: Mapping[str, Any], features: Mapping[str, bool]) -> dict[str, Any]:
+    """`config` with the pool's container features as its explicit flags (the rest off)."""
+    flags = {**dict(config.get("flags") or {}), **CONTAINER_FEATURES,
+             **{CONTAINER_FEATURE_FLAGS[k]: bool(v) for k, v in features.items()}}
+    return {**dict(config), "flags": flags}
 # What DRA pods claim instead: whole GPUs of the DRA driver's DeviceClass (NVIDIA
 # k8s-dra-driver-gpu; the chart's gpu.dra.deviceClassName default). fit counts them.
 DRA_GPU_CLASS = "gpu.nvidia.com"

@@ -80,7 +80,9 @@ def test_operator_values_render_a_valid_cluster_policy_with_our_configs(helm_nam
             fleet.layout.mig_parted["mig-configs"]
     else:
         assert spec["migManager"]["enabled"] is False
-    assert spec["mig"]["strategy"] == "mixed"
+    # the one strategy every config says (releases._operator_mig_strategy)
+    said = {c.get("flags", {}).get("migStrategy", "none") for c in fleet.layout.device_plugin_configs.values()}
+    assert spec["mig"]["strategy"] == (max(said - {"none"}) if said - {"none"} else "none"), (spec["mig"], said)
     assert spec["gfd"]["enabled"] is True and spec["dcgmExporter"]["enabled"] is True
     # the platform release renders none of the parts the operator runs
     pv = fleet.platform.values["platform"]
@@ -122,3 +124,24 @@ def test_operator_install_order_and_causal_model():
     values = dict(fleet.gpu_operator.values, gfd={"enabled": False})
     states = producers.node_states(fleet.spec, fleet.layout, fleet.platform.values, values)
     assert all("nvidia.com/gpu.product" not in s.labels for s in states)
+
+
+def test_operator_mode_refuses_mps_beside_mixed_mig():
+    """GV080: the operator's one MIG strategy (MIG_STRATEGY, which overrides every config's
+    own) cannot be `mixed` for a MIG pool and anything else for an MPS pool; the same fleet
+    without the operator validates (each config keeps its own strategy)."""
+    from gpuvalues.errors import GpuValuesError
+    doc = yaml.safe_load((ROOT / "examples" / "mps-two-models.yaml").read_text())
+    doc["cluster"]["nodePools"].append({"name": "a100", "gpu": "A100-80GB", "gpusPerNode": 8, "nodes": 1,
+                                        "mig": True})
+    doc["workloads"].append({"name": "small", "model": "BAAI/bge-large-en-v1.5", "server": "triton",
+                             "modelPvc": "bge-triton-repo", "memoryGB": 4, "nodePool": "a100",
+                             "sharing": {"mode": "mig"}, "throughputPerReplica": 50,
+                             "load": {"base": 20, "peak": 100}})
+    own = build_fleet(spec_from_text(yaml.safe_dump(doc), "mps-and-mig.yaml"))
+    assert not own.errors, own.errors
+    assert {c["flags"]["migStrategy"] for c in own.layout.device_plugin_configs.values()} >= {"mixed", "none"}
+    doc["platform"] = {"gpuOperator": True}
+    with pytest.raises(GpuValuesError) as e:
+        build_fleet(spec_from_text(yaml.safe_dump(doc), "mps-and-mig.yaml"))
+    assert e.value.code == "GV080" and "platform.gpuOperator" in str(e.value), str(e.value)

@@ -179,3 +179,86 @@ def prerequisites(kube, release: str, namespace: str, printed: "Printed | Path")
 
 def gpuvalues_bin() -> Path:
     return Path(os.environ.get("GPUVALUES_BIN") or ROOT / ".venv" / "bin" / "gpuvalues")
+
+
+#: NVIDIA's DRA driver chart (k8s-dra-driver-gpu, deployments/helm/nvidia-dra-driver-gpu)
+#: at this tag, as a cluster admin installs it for a DRA fleet: `resources.gpus.enabled`
+#: (default), `resources.computeDomains.enabled=false` (no IMEX domains here) and
+#: `kubeletPlugin.tolerations` for the GPU nodes' taint (the chart's default is none).
+DRA_DRIVER_VERSION = "v25.12.0"
+DRA_NAMESPACE = "nvidia-dra-driver-gpu"
+
+
+def dra_driver_objects() -> list[dict]:
+    """The objects of that install the day-1 test needs, restated from the chart's
+    templates at DRA_DRIVER_VERSION (its tags are no valid Go module versions, so no
+    pinned copy can be fetched here; commit 0882da8720c28763137e0987778ec476ec4cf8df):
+    the `gpu.nvidia.com` DeviceClass (templates/deviceclass-gpu.yaml, resource.k8s.io/v1)
+    and the kubelet plugin's DaemonSet (templates/kubeletplugin.yaml: its `gpus`
+    container's image, command and env; the node affinity of values.yaml
+    kubeletPlugin.affinity, which needs NFD's PCI label or `nvidia.com/gpu.present`).
+    Left out: the controller Deployment (compute domains only), the init container and
+    host volumes (nothing here reads them), RBAC beyond the service account."""
+    name = "nvidia-dra-driver-gpu"
+    image = f"{nodeagent.DRA_IMAGE}:{DRA_DRIVER_VERSION}"
+    sel = {"app.kubernetes.io/name": name, "app.kubernetes.io/instance": name,
+           "nvidia-dra-driver-gpu-component": "kubelet-plugin"}
+    terms = [{"matchExpressions": [{"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In",
+                                    "values": ["true"]}]},
+             {"matchExpressions": [{"key": "feature.node.kubernetes.io/cpu-model.vendor_id", "operator": "In",
+                                    "values": ["NVIDIA"]}]},
+             {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]
+    env = [{"name": "LOG_VERBOSITY", "value": "4"}, {"name": "MASK_NVIDIA_DRIVER_PARAMS", "value": "false"},
+           {"name": "NVIDIA_DRIVER_ROOT", "value": "/"}, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+           {"name": "CDI_ROOT", "value": "/var/run/cdi"}, {"name": "NVIDIA_MIG_CONFIG_DEVICES", "value": "all"},
+           {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+           {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+           {"name": "IMAGE_NAME", "value": image}]
+    script = ('if [ "${MASK_NVIDIA_DRIVER_PARAMS}" = "true" ]; then\n  cp /proc/driver/nvidia/params root/gpu-params\n'
+              "  sed -i 's/^ModifyDeviceFiles: 1$/ModifyDeviceFiles: 0/' root/gpu-params\n"
+              "  mount --bind root/gpu-params /proc/driver/nvidia/params\nfi\n"
+              "gpu-kubelet-plugin -v $(LOG_VERBOSITY)")
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRA_NAMESPACE}},
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": f"{name}-service-account-kubeletplugin", "namespace": DRA_NAMESPACE}},
+        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": nodeagent.DRA_DRIVER},
+         "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com' && "
+                                                       "device.attributes['gpu.nvidia.com'].type == 'gpu'"}}],
+                  "extendedResourceName": "nvidia.com/gpu"}},
+        {"apiVersion": "apps/v1", "kind": "DaemonSet",
+         "metadata": {"name": f"{name}-kubelet-plugin", "namespace": DRA_NAMESPACE},
+         "spec": {"selector": {"matchLabels": sel}, "updateStrategy": {"type": "RollingUpdate"},
+                  "template": {"metadata": {"labels": sel}, "spec": {
+                      "priorityClassName": "system-node-critical",
+                      "serviceAccountName": f"{name}-service-account-kubeletplugin",
+                      "containers": [{"name": "gpus", "image": image, "imagePullPolicy": "IfNotPresent",
+                                      "securityContext": {"privileged": True},
+                                      "command": ["bash", "-c"], "args": [script], "env": env}],
+                      "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                          "nodeSelectorTerms": terms}}},
+                      "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}}},
+    ]
+
+
+def install_dra_driver(kube) -> None:
+    """The cluster's NVIDIA DRA driver (a DRA fleet's prerequisite, like its NFD)."""
+    kube.kubectl("apply", "--server-side", "-f", "-",
+                 input=json.dumps({"apiVersion": "v1", "kind": "List", "items": dra_driver_objects()}))
+
+
+def as_printed(fleet, printed: Printed):
+    """The fleet as the printed install holds it: a one-workload spec's `values -o FILE`
+    prints one combined release (the workload's name, the platform inside), so that
+    release is both the platform and the workload; otherwise the fleet unchanged."""
+    import dataclasses
+    if printed.values_file(fleet.platform.name) is not None or len(fleet.workloads) != 1:
+        return fleet
+    [w] = fleet.workloads
+    f = printed.values_file(w.name)
+    assert f is not None, f"no printed helm line installs {w.name}: {printed.commands}"
+    vals = yaml.safe_load(f.read_text())
+    assert vals.get("platform"), f"the combined release {w.name} carries no platform values"
+    return dataclasses.replace(fleet, releases=(
+        dataclasses.replace(fleet.platform, name=w.name, namespace=w.namespace, values=vals),
+        dataclasses.replace(w, values=vals)))

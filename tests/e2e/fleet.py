@@ -121,13 +121,9 @@ def fleet_gpu_nodes(fleet) -> list[tuple[str, object, dict, dict]]:
     from the platform release's rendered ConfigMap and env, and the chart's device-plugin
     env (GFD's from the platform-on scenario when the fleet does not deploy GFD). Labels
     are GFD's plus the group's NOT_FROM_GFD and non-nvidia.com ones (e.g. the topology
-    labeler's). Nodes are named `<group>-<i>` as gpuvalues.expected_nodes names them.
-
-    The one exception: hardware the oracle's mock cannot model (oraclelib.mock_limit, H200
-    MIG) takes the group's nodes from gpuvalues.expected_nodes, said on stdout; the oracle
-    tests compare expected_nodes with this function on every other group of every
-    example (tests/oracle/test_e2e_fleet.py)."""
-    import gpuvalues
+    labeler's). Nodes are named `<group>-<i>` as gpuvalues.expected_nodes names them;
+    nothing here is taken from expected_nodes (the oracle tests compare the two,
+    tests/oracle/test_e2e_fleet.py)."""
     from tests.oracle import oraclelib as ol
     objs = _platform_objects(fleet.platform.name, fleet.platform.namespace,
                              yaml.safe_dump(dict(fleet.platform.values)))
@@ -153,14 +149,6 @@ def fleet_gpu_nodes(fleet) -> list[tuple[str, object, dict, dict]]:
             mig = {str(i): [p for p, n in sorted(d.items()) for _ in range(n)]
                    for i, d in enumerate(g.mig_devices or ()) if d}
             hardware = ol.hardware_for_gpu(pool.gpu, pool.gpus_per_node, mig or None)
-            if ol.mock_limit(hardware):
-                print(f"node group {g.name}: nodes from gpuvalues.expected_nodes ({ol.mock_limit(hardware)})")
-                for n in gpuvalues.expected_nodes(fleet).nodes:
-                    if n.name.rsplit("-", 1)[0] == g.name:
-                        index += 1
-                        gpu = {k: v for k, v in n.allocatable.items() if k.startswith("nvidia.com/")}
-                        out.append((n.name, g, dict(n.labels), gpu))
-                continue
             # "" (config-manager's empty config, or no plugin): upstream's defaults
             v = ol.device_plugin(configs[name] if name else "version: v1\n", hardware, plugin_env=plugin_env,
                                  plugin_args=plugin_args, gfd_env=gfd_env)

@@ -27,6 +27,12 @@ volumes), and writes what the real agent writes:
   upstream's cmd/config-manager, package main there).
 - `nvcr.io/nvidia/k8s/dcgm-exporter`: the test-served exporter (fleetlib.Exporter) serves
   DCGM series only for pods on nodes where such a pod is Running (`dcgm_nodes`).
+- `nvcr.io/nvidia/k8s-dra-driver-gpu` running `gpu-kubelet-plugin`: NVIDIA's DRA driver
+  (k8s-dra-driver-gpu v25.12.0), a fake: its tags are no valid Go module versions, so it
+  cannot be built here. Its NVML reading (cmd/gpu-kubelet-plugin/nvlib.go getGpuInfo)
+  runs in the oracle over the node's mock GPUs (ci/oracle/deviceplugin/dra.go); the
+  ResourceSlice it publishes from those facts is restated here (DRA_DRIVER below). The
+  real scheduler's DRA allocator allocates the pods' ResourceClaims from it.
 - `nvcr.io/nvidia/cloud-native/k8s-mig-manager`: k8s-mig-manager's reconfigure flow
   (mig-parted v0.13.1 pkg/mig/reconfigure/reconfigure.go Run, restated: the real one
   runs `nvidia-mig-parted`, which needs NVML, and drives host systemd and `chroot`):
@@ -72,6 +78,9 @@ NFD_IMAGE = "registry.k8s.io/nfd/node-feature-discovery"
 DP_IMAGE = "nvcr.io/nvidia/k8s-device-plugin"
 MIG_MANAGER_IMAGE = "nvcr.io/nvidia/cloud-native/k8s-mig-manager"
 DCGM_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter"
+DRA_IMAGE = "nvcr.io/nvidia/k8s-dra-driver-gpu"
+#: the DRA driver's name (k8s-dra-driver-gpu v25.12.0 cmd/gpu-kubelet-plugin/main.go DriverName)
+DRA_DRIVER = "gpu.nvidia.com"
 #: GFD's NodeFeature (k8s-device-plugin v0.19.1 internal/lm/output.go nodeFeatureVendorPrefix)
 GFD_NODEFEATURE_PREFIX = "nvidia-features-for"
 #: nfdv1alpha1.NodeFeatureObjNodeNameLabel (NFD api/nfd/v1alpha1/types.go)
@@ -109,6 +118,8 @@ def agent_of(container: Mapping) -> str | None:
         return "mig-manager"
     if repo == DCGM_IMAGE:
         return "dcgm-exporter"
+    if repo == DRA_IMAGE and any("gpu-kubelet-plugin" in str(a).split() for a in cmd):
+        return "dra-kubelet-plugin"        # the chart runs it from a `bash -c` script
     return None
 
 
@@ -255,6 +266,11 @@ class NodeAgents:
                 self._kill(self.running.pop(k))
 
     def _kill(self, r: _Running) -> None:
+        if r.agent == "dra-kubelet-plugin":
+            # the kubelet wipes an unregistered DRA driver's ResourceSlices
+            # (pkg/kubelet/cm/dra/plugin: after its grace period; at once here)
+            for name in r.owned:
+                self.cluster.kubectl("delete", "resourceslice", name, "--wait=false", check=False)
         if r.thread is not None:
             r.thread.stop.set()
         if r.proc is not None and r.proc.poll() is None:
@@ -275,6 +291,8 @@ class NodeAgents:
                 self._nvidia(r, pod, c, node)
             elif r.agent == "mig-manager":
                 self._mig_manager(r, pod, c, node)
+            elif r.agent == "dra-kubelet-plugin":
+                self._dra_kubelet_plugin(r, pod, c, node)
             self.errors.pop(where, None)
         except AgentError as e:
             self.errors[where] = str(e)
@@ -469,6 +487,30 @@ class NodeAgents:
         if res.returncode:
             raise AgentError(f"GFD: failed to create NodeFeature object: {res.stderr.strip()}")
 
+    # --- the NVIDIA DRA driver's kubelet plugin -----------------------------------------
+
+    def _dra_kubelet_plugin(self, r: _Running, pod: Mapping, c: Mapping, node: Mapping) -> None:
+        """Publish the node's GPUs once, as the driver does at start (driver.go
+        publishResources without the DynamicMIG gate: one ResourceSlice, pool = node name)."""
+        if r.done:
+            return
+        env = _env(c, pod)
+        if not env.get("NODE_NAME"):
+            raise AgentError("gpu-kubelet-plugin: required flag \"node-name\" not set")
+        hw = self.nodes[r.node].hardware
+        if not hw:
+            raise AgentError("gpu-kubelet-plugin: error creating driver: NVML not found")
+        gpus = self._oracle_run({"hardware": hw, "dra": {}}, None)["dra"]["gpus"]
+        if any(g["migEnabled"] for g in gpus):
+            raise AgentError("gpu-kubelet-plugin: MIG devices are not emulated (the DRA fleets claim whole GPUs)")
+        obj = dra_resource_slice(env["NODE_NAME"], node["metadata"]["uid"], gpus)
+        res = self.cluster.kubectl("create", "-o", "name", "-f", "-", input=json.dumps(obj), check=False)
+        if res.returncode:
+            raise AgentError(f"gpu-kubelet-plugin: error publishing resources: {res.stderr.strip()}")
+        r.owned.add(res.stdout.strip().split("/", 1)[-1])
+        r.done = True
+        self.log.append(f"dra-kubelet-plugin on {r.node}: {len(gpus)} devices published")
+
     # --- mig-manager -------------------------------------------------------------------
 
     def _mig_manager(self, r: _Running, pod: Mapping, c: Mapping, node: Mapping) -> None:
@@ -617,6 +659,41 @@ def apply_mig(hw: Mapping, gpus: list[dict]) -> dict:
     if mig:
         out["mig"] = mig
     return out
+
+
+def semver(text: str) -> str:
+    """Masterminds/semver's MustParse(text).String() for the driver's versions: a
+    missing minor or patch is 0 (`9.0` -> `9.0.0`)."""
+    parts = (text.split(".") + ["0", "0"])[:3]
+    return ".".join(str(int(p)) for p in parts)
+
+
+def dra_resource_slice(node: str, node_uid: str, gpus: list[Mapping]) -> dict:
+    """The ResourceSlice the NVIDIA DRA driver publishes for a node's whole GPUs
+    (k8s-dra-driver-gpu v25.12.0: GpuInfo.GetDevice in cmd/gpu-kubelet-plugin/deviceinfo.go
+    with PartDevAttributes in partitions.go; the slice and pool as driver.go
+    publishResources and k8s.io/dynamic-resource-allocation's resourceslice controller
+    write them, owned by the Node, name generated from node and driver). Left out, as
+    the driver leaves them out here: `resource.kubernetes.io/pcieRoot` (sysfs has no PCI
+    root path for the mock devices: GetPCIeRootAttributeByPCIBusID fails, the driver
+    warns and continues) and `addressingMode` (not reported on non-coherent systems)."""
+    devices = []
+    for g in sorted(gpus, key=lambda g: g["minor"]):
+        devices.append({"name": f"gpu-{g['minor']}", "attributes": {
+            "type": {"string": "gpu"}, "uuid": {"string": g["uuid"]},
+            "productName": {"string": g["productName"]}, "brand": {"string": g["brand"]},
+            "architecture": {"string": g["architecture"]},
+            "cudaComputeCapability": {"version": semver(g["cudaComputeCapability"])},
+            "driverVersion": {"version": semver(g["driverVersion"])},
+            "cudaDriverVersion": {"version": semver(g["cudaDriverVersion"])},
+            "resource.kubernetes.io/pciBusID": {"string": g["pcieBusID"]}},
+            "capacity": {"memory": {"value": str(int(g["memoryBytes"]))}}})
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"generateName": f"{node}-{DRA_DRIVER}-",
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid,
+                                              "controller": True}]},
+            "spec": {"driver": DRA_DRIVER, "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": devices}}
 
 
 def go_duration(text: str) -> float:

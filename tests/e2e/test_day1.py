@@ -25,21 +25,29 @@ every step is a transition the agents make and each gap is a negative control:
    that hardware and config, and every workload pod runs on its pool;
 4. the DCGM exporter off: no node serves DCGM series any more.
 
-test_day1_fleet_from_bare_nodes runs, for every example fleet test_fleet.py covers
-(dra-fleet aside), exactly the commands `gpuvalues values` prints, in order, and asserts
-every workload at maxReplicas Running on its pool with the resource it requests, every
-DaemonSet's pods Running on exactly the nodes it admits, each MIG node's layout (what
-mig-parted's own code applied to its mock GPUs) equal to the plan with
+test_day1_fleet_from_bare_nodes runs, for every example fleet, exactly the commands
+`gpuvalues values` prints, in order, and asserts every workload at maxReplicas Running on
+its pool with the resource it requests (a DRA pod: its ResourceClaim allocated by the real
+scheduler from the emulated DRA driver's ResourceSlice of its node), every DaemonSet's
+pods Running on exactly the nodes it admits, each MIG node's layout (what mig-parted's
+own code applied to its mock GPUs) equal to the plan with
 `nvidia.com/mig.config.state=success`, and every HPA reading its metric (test_fleet's
 check_hpas, DCGM series only from nodes running the exporter). Where the printed install
-lacks a producer the pods need (missing_producers: GFD off, MIG without mig-manager) or
-the oracle's mock cannot model the hardware (H200 MIG), the test checks the predicted
-outcome (which pods stay Unschedulable) and reports an expected failure (xfail), never a
-pass. A spec whose platform deploys no NFD gets the cluster's own
-(NFD's chart at the pinned tag, the GPU Operator's worker settings: day1lib.NFD_VALUES).
+lacks a producer the pods need (missing_producers: GFD off, MIG without mig-manager), the
+test checks the predicted outcome (every workload pod Unschedulable) and reports an
+expected failure (xfail), never a pass. A spec whose platform deploys no NFD gets the
+cluster's own (NFD's chart at the pinned tag, the GPU Operator's worker settings:
+day1lib.NFD_VALUES); a DRA fleet gets the cluster's NVIDIA DRA driver
+(day1lib.install_dra_driver); a one-workload spec's single combined release is read as
+both platform and workload (day1lib.as_printed).
+
+test_cluster_nfd_present_comes_up_on_the_clusters_own_nfd: `cluster.nfd: present`, with
+its negative control (no NFD on the cluster: DaemonSets unscheduled), and on the same
+cluster the GPU Operator mode's ClusterPolicy applied to the real API server.
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 import types
@@ -244,12 +252,12 @@ def _oracle_run(printed, hardware, groups) -> dict:
 
 # --- every example fleet, as printed -------------------------------------------------------
 
-#: test_fleet.py's multi-workload examples. Left there: dra-fleet (its ResourceSlices come
-#: from the NVIDIA DRA driver, which the emulator does not run) and the one-workload specs
-#: rtx4090-time-slicing and nvlink-tp8 (printed as one combined release; this harness's
-#: platform checks read a separate platform release: not done yet)
+#: every example fleet: a one-workload spec's combined release read as both platform and
+#: workload (day1lib.as_printed); dra-fleet with the cluster's NVIDIA DRA driver
+#: (day1lib.install_dra_driver, its kubelet plugin emulated by the node agents)
 FLEETS = ["mixed-a100-h100-mig", "mig-and-tp-one-pool", "time-slicing-renamed-and-not",
-          "mps-two-models", "mixed-a100-h100-h200", "keda-fleet"]
+          "mps-two-models", "mixed-a100-h100-h200", "keda-fleet", "rtx4090-time-slicing", "nvlink-tp8",
+          "dra-fleet"]
 #: GFD's labels the chart's workload pods select (templates: gpuProducts affinity, MIG
 #: strategy, sharing strategy)
 GFD_SELECTED = ("nvidia.com/gpu.product", "nvidia.com/mig.strategy", "nvidia.com/gpu.sharing-strategy")
@@ -279,20 +287,6 @@ def missing_producers(fleet, platform_objs) -> list[str]:
     return out
 
 
-def oracle_limited(fleet) -> dict[str, str]:
-    """Workloads on node groups whose planned hardware the oracle's mock cannot model
-    (oraclelib.mock_limit: H200 MIG names): workload -> why."""
-    from tests.oracle import oraclelib as ol
-    pools = {p.name: p for p in fleet.spec.node_pools}
-    out = {}
-    for g in fleet.layout.node_groups:
-        mig = {str(i): [p for p, n in sorted(d.items()) for _ in range(n)] for i, d in enumerate(g.mig_devices or ()) if d}
-        why = ol.mock_limit(ol.hardware_for_gpu(pools[g.pool].gpu, pools[g.pool].gpus_per_node, mig or None))
-        if why:
-            out.update({w: why for w in g.workloads})
-    return out
-
-
 @pytest.mark.parametrize("example", FLEETS)
 def test_day1_fleet_from_bare_nodes(example, day1, tmp_path, prometheus_bin):
     import gpuvalues
@@ -304,10 +298,8 @@ def test_day1_fleet_from_bare_nodes(example, day1, tmp_path, prometheus_bin):
     spec_doc = yaml.safe_load(spec_path.read_text())
     fleet = gpuvalues.build_fleet(gpuvalues.load_spec(spec_path))
     printed = day1lib.values(spec_path, tmp_path / "out", day1lib.gpuvalues_bin())
-    if not printed.commands:
-        # checked, then reported: nothing to run as printed
-        assert len(fleet.workloads) == 1
-        pytest.xfail("`gpuvalues values -o FILE` (a one-workload spec) prints no install order")
+    assert printed.commands, "`gpuvalues values` printed no install order"
+    fleet = day1lib.as_printed(fleet, printed)
     platform_file = printed.values_file(fleet.platform.name)
     assert platform_file is not None, f"no printed helm line installs {fleet.platform.name}: {printed.commands}"
     objs = gpu_fleet._platform_objects(fleet.platform.name, fleet.platform.namespace, platform_file.read_text())
@@ -315,6 +307,9 @@ def test_day1_fleet_from_bare_nodes(example, day1, tmp_path, prometheus_bin):
     kinds = _kinds(objs)
     if "nfd-worker" not in kinds:     # the platform deploys no NFD: the cluster has its own
         day1lib.install_cluster_nfd(kube, day1lib.nfd_chart())
+    dra = {p.workload for p in fleet.placements if p.mode == "dra"}
+    if dra:                           # DRA pools: the cluster's NVIDIA DRA driver
+        day1lib.install_dra_driver(kube)
     day1lib.run_printed(kube, printed, spec_doc,
                         before_helm=lambda r, ns: day1lib.prerequisites(kube, r, ns, printed))
     want = {r.workload: fleetlib.pin_to_max(kube, r) for r in fleet.workloads}
@@ -327,18 +322,6 @@ def test_day1_fleet_from_bare_nodes(example, day1, tmp_path, prometheus_bin):
             return ps and all(e2elib.unschedulable_message(p) for p in ps)
         e2elib.wait(f"every workload pod Unschedulable ({'; '.join(missing)})", all_unschedulable, timeout=60)
         pytest.xfail("the printed install lacks: " + "; ".join(missing))
-    limited = oracle_limited(fleet)
-    if limited:
-        # the oracle's mock cannot model this hardware (oraclelib.mock_limit): exactly those
-        # workloads stay Pending, the others run; checked, then reported as xfail
-        def only_limited_pending():
-            got = {r.workload: fleetlib.workload_pods(kube, r) for r in fleet.workloads}
-            return all((all(fleetlib.pending([p]) for p in ps) if w in limited else
-                        len(ps) == want[w] and all(p["status"].get("phase") == "Running" for p in ps))
-                       for w, ps in got.items())
-        e2elib.wait(f"{sorted(limited)} Pending, every other workload Running", only_limited_pending, timeout=150)
-        pytest.xfail(f"oracle mock limit ({', '.join(sorted(set(limited.values())))}): {sorted(limited)}")
-
     # 1. every workload at maxReplicas Running on its own pool with the resource it requests
     def all_running():
         got = {r.workload: fleetlib.workload_pods(kube, r) for r in fleet.workloads}
@@ -358,8 +341,13 @@ def test_day1_fleet_from_bare_nodes(example, day1, tmp_path, prometheus_bin):
         for pod in ps:
             node = nodes[pod["spec"]["nodeName"]]
             assert node["metadata"]["labels"][day1lib.POOL_LABEL] == place[w].pool.name, (w, node["metadata"]["name"])
+            if w in dra:                  # devices through the pod's claim, no limits
+                assert fleetlib.gpu_limits(pod) == {} and pod["spec"].get("resourceClaims"), w
+                continue
             assert fleetlib.gpu_limits(pod) == {place[w].resource: place[w].count}, (w, fleetlib.gpu_limits(pod))
             assert int(node["status"]["allocatable"].get(place[w].resource, 0)) >= place[w].count
+    if dra:
+        _check_dra_claims(kube, fleet, pods, want, agents)
 
     # 2. every platform pod Running on exactly the nodes its DaemonSet admits
     for ds in kube.json("get", "daemonsets", "-A")["items"]:
@@ -399,6 +387,32 @@ def test_day1_fleet_from_bare_nodes(example, day1, tmp_path, prometheus_bin):
             e.server_close()
     assert not agents.errors, agents.errors
     print(f"{example}: day 1 at max in {time.monotonic() - t0:.1f} s")
+
+
+def _check_dra_claims(kube, fleet, pods, want, agents) -> None:
+    """Each DRA pod's ResourceClaim allocated by the real scheduler with its count of
+    devices, all from the emulated driver's ResourceSlice of the pod's own node; slices
+    exist only on nodes where the driver's kubelet plugin runs."""
+    place = {p.workload: p for p in fleet.placements}
+    slices = kube.json("get", "resourceslices")["items"]
+    plugin_nodes = {p["spec"].get("nodeName") for p in kube.pods(day1lib.DRA_NAMESPACE)
+                    if p["status"].get("phase") == "Running"}
+    assert slices and {s["spec"]["nodeName"] for s in slices} == plugin_nodes, (
+        [s["spec"]["nodeName"] for s in slices], plugin_nodes)
+    devices = {(s["spec"]["pool"]["name"], d["name"]) for s in slices for d in s["spec"]["devices"]}
+    for w in (w for w in want if place[w].mode == "dra"):
+        [r] = [r for r in fleet.workloads if r.workload == w]
+        claims = kube.json("get", "resourceclaims", "-n", r.namespace)["items"]
+        node_of = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods[w]}
+        mine = [(c, node_of[o["name"]]) for c in claims for o in c["metadata"].get("ownerReferences", [])
+                if o.get("name") in node_of]
+        assert len(mine) == want[w], f"{w}: {len(mine)} ResourceClaims for {want[w]} pods"
+        for c, node in mine:
+            results = c.get("status", {}).get("allocation", {}).get("devices", {}).get("results", [])
+            assert len(results) == place[w].count, (w, c["metadata"]["name"], results)
+            for x in results:
+                assert x["driver"] == nodeagent.DRA_DRIVER and x["pool"] == node \
+                    and (x["pool"], x["device"]) in devices, (w, x, node)
 
 
 def test_negative_control_mig_manager_without_the_config(day1, tmp_path):
@@ -466,3 +480,120 @@ def test_negative_control_mig_manager_without_the_config(day1, tmp_path):
     e2elib.wait("every MIG workload pod Running", lambda: all(
         p["status"].get("phase") == "Running" for r in fleet.workloads if r.workload in {m.workload for m in mig}
         for p in fleetlib.workload_pods(kube, r)), timeout=120)
+
+
+def test_cluster_nfd_present_comes_up_on_the_clusters_own_nfd(day1, tmp_path):
+    """A spec that says `cluster.nfd: present` (issue 22 item 1, "switchable when the
+    cluster already has it"): the printed install deploys no NFD. Negative control: on a
+    cluster that, against the spec, has no NFD, no platform DaemonSet schedules anywhere
+    and every workload pod stays Unschedulable. Then the cluster's own NFD (its chart at
+    the pinned tag, day1lib.NFD_VALUES) labels the GPU nodes and the same install comes
+    up: every DaemonSet on the nodes it admits, every workload pod Running.
+
+    On the same cluster, first (sharing its start-up): the GPU Operator mode's
+    ClusterPolicy for this spec (cluster_policy_is_accepted)."""
+    import gpuvalues
+    from tests.e2e import fleet as gpu_fleet
+    spec_doc = yaml.safe_load((ROOT / "examples" / f"{EXAMPLE}.yaml").read_text())
+    spec_doc["cluster"]["nfd"] = "present"
+    spec_path = tmp_path / "nfd-present.yaml"
+    spec_path.write_text(yaml.safe_dump(spec_doc))
+    fleet = gpuvalues.build_fleet(gpuvalues.load_spec(spec_path))
+    assert not fleet.errors, fleet.errors
+    printed = day1lib.values(spec_path, tmp_path / "out", day1lib.gpuvalues_bin())
+    objs = gpu_fleet._platform_objects(fleet.platform.name, fleet.platform.namespace,
+                                       printed.values_file(fleet.platform.name).read_text())
+    kinds = _kinds(objs)
+    assert "nfd-worker" not in kinds and "nfd-master" not in kinds, sorted(kinds)
+    assert {"device-plugin", "gfd"} <= set(kinds), sorted(kinds)
+    kube, agents, _ = day1(spec_doc)
+    cluster_policy_is_accepted(kube, spec_doc, tmp_path)
+    day1lib.run_printed(kube, printed, spec_doc,
+                        before_helm=lambda r, ns: day1lib.prerequisites(kube, r, ns, printed))
+    ns = fleet.platform.namespace
+
+    def workload_pods():
+        return [p for r in fleet.workloads for p in fleetlib.workload_pods(kube, r)]
+
+    def unscheduled():
+        ds, ps = day1lib.daemonsets(kube, ns), workload_pods()
+        return (ds and all(d.get("status", {}).get("observedGeneration")
+                           and d["status"].get("desiredNumberScheduled", 0) == 0 for d in ds)
+                and ps and all(e2elib.unschedulable_message(p) for p in ps))
+    e2elib.wait("no NFD on the cluster: platform DaemonSets unscheduled, workload pods Unschedulable",
+                unscheduled, timeout=60)
+    time.sleep(3)
+    assert unscheduled(), "something scheduled without NFD's labels"
+    assert not any(PCI_LABEL in o["metadata"]["labels"] for o in kube.nodes().values())
+
+    day1lib.install_cluster_nfd(kube, day1lib.nfd_chart())
+
+    def running():
+        ps = workload_pods()
+        return ps and all(p["status"].get("phase") == "Running" for p in ps)
+    try:
+        e2elib.wait("the cluster's NFD: every workload pod Running", running, timeout=150)
+    except AssertionError:
+        raise AssertionError(f"agent errors {agents.errors}; log {agents.log[-10:]}") from None
+    nodes = kube.nodes()
+    for ds in day1lib.daemonsets(kube, ns):
+        admitted = {n for n, o in nodes.items() if e2elib.daemonset_admits(ds, o)}
+        assert admitted, ds["metadata"]["name"]
+        match = e2elib.selector_string(ds["spec"]["selector"]["matchLabels"])
+        e2elib.wait(f"DaemonSet {ds['metadata']['name']} Running on its {len(admitted)} nodes", lambda: {
+            p["spec"].get("nodeName") for p in kube.pods(ns, match)
+            if p["status"].get("phase") == "Running"} == admitted, timeout=60)
+    assert not agents.errors, agents.errors
+
+
+def cluster_policy_is_accepted(kube, spec_doc: dict, tmp_path) -> None:
+    """The GPU Operator mode (`platform.gpuOperator: true`): the ClusterPolicy that the
+    gpu-operator chart (v26.7.0, tests/chart/data) renders with the real Helm 4 from the
+    operator values `gpuvalues values` writes is accepted by the real API server, with
+    strict field validation, under the ClusterPolicy CRD built from the schema at that
+    tag (tests/chart/data/crds/clusterpolicy-v1.yaml); the same object with a misspelled
+    field and with a wrong type is refused (negative controls). The operator itself does
+    not run here (its operands need a container runtime and the driver: ci/e2e/README)."""
+    import copy
+
+    from tests.chart.chartlib import HELMS, by_kind
+    from tests.chart.test_gpu_operator import render_operator
+    doc = copy.deepcopy(spec_doc)
+    doc.setdefault("platform", {})["gpuOperator"] = True
+    doc["cluster"].pop("nfd", None)
+    path = tmp_path / "operator.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    printed = day1lib.values(path, tmp_path / "operator-out", day1lib.gpuvalues_bin())
+    op_file = printed.values_file("gpu-operator")
+    assert op_file is not None, printed.commands
+    [cp] = by_kind(render_operator(HELMS["helm"], yaml.safe_load(op_file.read_text())), "ClusterPolicy")
+    crd = yaml.safe_load((ROOT / "tests" / "chart" / "data" / "crds" / "clusterpolicy-v1.yaml").read_text())
+    kube.kubectl("apply", "--server-side", "-f", "-", input=json.dumps({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{crd['plural']}.{crd['group']}"},
+        "spec": {"group": crd["group"], "scope": crd["scope"],
+                 "names": {"kind": crd["kind"], "plural": crd["plural"], "singular": crd["kind"].lower(),
+                           "listKind": f"{crd['kind']}List"},
+                 "versions": [{"name": crd["version"], "served": True, "storage": True,
+                               "schema": {"openAPIV3Schema": crd["openAPIV3Schema"]},
+                               "subresources": {"status": {}}}]}}))
+    # polled: `kubectl wait` fails while the new CRD has no status.conditions yet
+    e2elib.wait("the ClusterPolicy CRD Established", lambda: any(
+        c["type"] == "Established" and c["status"] == "True" for c in kube.json(
+            "get", "crd", f"{crd['plural']}.{crd['group']}").get("status", {}).get("conditions") or []), timeout=30)
+
+    def apply(obj):
+        return kube.kubectl("apply", "--server-side", "--validate=strict", "-f", "-", input=json.dumps(obj),
+                            check=False)
+    res = apply(cp)
+    assert res.returncode == 0, res.stderr
+    got = kube.json("get", "clusterpolicy", cp["metadata"]["name"])["spec"]
+    assert got["devicePlugin"]["config"] == cp["spec"]["devicePlugin"]["config"], got["devicePlugin"]
+    bad = copy.deepcopy(cp)
+    bad["spec"]["devicePlugin"]["confg"] = bad["spec"]["devicePlugin"].pop("config")
+    res = apply(bad)
+    assert res.returncode != 0 and "confg" in res.stderr, res.stderr
+    bad = copy.deepcopy(cp)
+    bad["spec"]["devicePlugin"]["config"]["name"] = 7
+    res = apply(bad)
+    assert res.returncode != 0 and "devicePlugin.config.name" in res.stderr, res.stderr

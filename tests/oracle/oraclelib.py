@@ -5,6 +5,7 @@ The programs are built by ci/oracle/build.sh into .cache/oracle/<component>-<ver
 through its CLI (`.venv/bin/gpuvalues`) and rendered files, never its modules."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -43,9 +44,18 @@ def ensure_built() -> Path:
     proc = subprocess.run(["bash", str(ORACLE_DIR / "build.sh"), "deviceplugin"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, f"ci/oracle/build.sh failed:\n{proc.stderr[-4000:]}"
-    runner = CACHE / f"deviceplugin-{versions()['DEVICE_PLUGIN_VERSION']}" / "bin" / "run-deviceplugin.sh"
+    runner = CACHE / f"deviceplugin-{deviceplugin_version()}" / "bin" / "run-deviceplugin.sh"
     assert runner.exists(), runner
     return runner
+
+
+def deviceplugin_version() -> str:
+    """The oracle's cache key as ci/oracle/build.sh names it: the plugin pin and a hash of
+    the oracle's sources (`cat deviceplugin/*.go go.mod.in run-deviceplugin.sh | sha256sum`)."""
+    d = ORACLE_DIR / "deviceplugin"
+    files = sorted(d.glob("*.go")) + [d / "go.mod.in", ORACLE_DIR / "run-deviceplugin.sh"]
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:12]
+    return f"{versions()['DEVICE_PLUGIN_VERSION']}-{digest}"
 
 
 @dataclass(frozen=True)
@@ -190,7 +200,10 @@ def hardware_for_gpu(gpu: str, count: int, mig: dict | None = None) -> dict:
     elif re.search(r"(^|[^A-Z0-9])L4($|[^0-9])", g):
         hw = dict(_NO_MIG["L4"])
     elif "H200" in g:
-        hw = {"gpu": "H200-SXM5-141GB"}
+        # go-nvml's table calls it "NVIDIA H200 141GB HBM3e"; a real H200 SXM reports
+        # "NVIDIA H200" (`nvidia-smi -q` Product Name, NVIDIA/mig-parted#120, the same node
+        # whose `mig -lgip` corrects the table's MIG memory: ci/oracle/deviceplugin h200)
+        hw = {"gpu": "H200-SXM5-141GB", "name": "NVIDIA H200"}
     elif "H100" in g:
         hw = {"gpu": "H100-SXM5-80GB"}
     elif "A100" in g and "40" in g:
@@ -203,20 +216,6 @@ def hardware_for_gpu(gpu: str, count: int, mig: dict | None = None) -> dict:
     if mig:
         hw["mig"] = mig
     return hw
-
-
-# Node hardware the oracle cannot model faithfully, excluded by name (and checked to
-# still be a limit by test_device_plugin_oracle.test_oracle_limits_still_hold, so the
-# exclusion goes once fixed): go-nvml v0.13.4-1's H200 table (pkg/nvml/mock/gpus/h200.go)
-# has MemorySizeMB 18432 / 72704 of 144384 for the 1g/3g profiles its comments call
-# 1g.18gb / 3g.71gb, which go-nvlib's naming (device/mig_profile.go getMigMemorySizeGB:
-# eighths rounded up) turns into 1g.35gb / 3g.88gb; a real H200 reports the published
-# 1g.18gb and 3g.71gb.
-def mock_limit(hw: dict) -> str | None:
-    """Why the oracle cannot judge this hardware description, or None."""
-    if hw.get("gpu") == "H200-SXM5-141GB" and hw.get("mig"):
-        return "H200 MIG names (go-nvml mock table)"
-    return None
 
 
 def mig_layout(mig_parted_config: dict, config_name: str, count: int) -> dict | None:

@@ -168,9 +168,6 @@ def _product_cases():
 
 def _oracle_pools(example: str):
     for pool, cfg_name, text, hw, workloads, (env, args), gfd in _example_pools(example):
-        if ol.mock_limit(hw):
-            print(f"not judged: example {example}, pool {pool}: {ol.mock_limit(hw)}")
-            continue
         v = ol.device_plugin(text, hw, plugin_env=env, plugin_args=args,
                              gfd_env=gfd[0] if gfd else None, gfd_args=gfd[1] if gfd else None)
         where = f"example {example}, pool {pool}, device-plugin config {cfg_name!r}"
@@ -224,8 +221,6 @@ def test_plan_device_plugin_configs_accepted():
             mig = ol.mig_layout(out.get("mig_parted_config"), labels.get("nvidia.com/mig.config", ""),
                                 pool["gpusPerNode"])
             hw = ol.hardware_for_gpu(pool["gpu"], pool["gpusPerNode"], mig)
-            if ol.mock_limit(hw):
-                continue
             # With the chart's DaemonSet env (MPS_ROOT is required for MPS configs).
             env, args = ol.container_env_args(ol.rendered("platform-on"), "-device-plugin", "nvidia-device-plugin")
             v = ol.device_plugin(yaml.safe_dump(configs[name]), hw, plugin_env=env, plugin_args=args, gfd=False)
@@ -235,13 +230,27 @@ def test_plan_device_plugin_configs_accepted():
     assert checked > 0, "no example's plan emitted a device-plugin config"
 
 
-def test_oracle_limits_still_hold():
-    """The H200 exclusion above is still needed: the mock names 3g.88gb, not 3g.71gb."""
-    hw = ol.hardware_for_gpu("H200-141GB", 1, {"0": ["3g.88gb"]})
-    assert ol.device_plugin("version: v1\nflags:\n  migStrategy: mixed\n", hw, gfd=False).ok
-    hw = ol.hardware_for_gpu("H200-141GB", 1, {"0": ["3g.71gb"]})
+#: `nvidia-smi mig -lgip` of a real H200 141GB (NVIDIA/mig-parted#120), the names the
+#: oracle's corrected H200 table (ci/oracle/deviceplugin/hardware.go h200) must give
+H200_LGIP_NAMES = ["1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"]
+
+
+@pytest.mark.parametrize("profile", H200_LGIP_NAMES)
+def test_h200_mig_names_are_a_real_h200s(profile):
+    """go-nvlib names the oracle's H200 MIG profiles as a real H200 lists them (go-nvml's
+    mock table alone named 1g.18gb `1g.35gb` and 3g.71gb `3g.88gb`), and the device
+    plugin advertises the MIG device under that name."""
+    hw = ol.hardware_for_gpu("H200-141GB", 1, {"0": [profile]})
     v = ol.device_plugin("version: v1\nflags:\n  migStrategy: mixed\n", hw, gfd=False)
-    assert not v.ok and 'unknown MIG profile "3g.71gb"' in v.error, v.raw
+    assert v.ok and v.resources == {f"nvidia.com/mig-{profile.split('+')[0]}": 1}, v.raw
+
+
+def test_negative_control_h200_mock_names_are_gone():
+    """The mock's own names for the same profiles are no H200 profile any more."""
+    for name in ("3g.88gb", "4g.88gb"):
+        hw = ol.hardware_for_gpu("H200-141GB", 1, {"0": [name]})
+        v = ol.device_plugin("version: v1\nflags:\n  migStrategy: mixed\n", hw, gfd=False)
+        assert not v.ok and f'unknown MIG profile "{name}"' in v.error, v.raw
 
 
 # --- negative controls: configs upstream rejects make the check fail -----------------------

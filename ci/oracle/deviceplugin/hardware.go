@@ -48,8 +48,37 @@ var gpuModels = map[string]gpus.Config{
 	"A100-PCIE-80GB": gpus.A100_PCIE_80GB,
 	"A30-24GB":       gpus.A30_PCIE_24GB,
 	"H100-SXM5-80GB": gpus.H100_SXM5_80GB,
-	"H200-SXM5-141GB": gpus.H200_SXM5_141GB,
+	"H200-SXM5-141GB": h200(),
 	"B200-SXM5-180GB": gpus.B200_SXM5_180GB,
+}
+
+// h200 is go-nvml's H200 table with each GPU instance profile's memory as a real H200
+// reports it. The mock's MemorySizeMB (18432 / 35840 / 72704 / 144384 MiB of 144384, its
+// comments' nominal GB) make go-nvlib's naming (device/mig_profile.go getMigMemorySizeGB:
+// the memory fraction rounded up to eighths) say 1g.35gb for 1g.18gb and 3g.88gb for
+// 3g.71gb, names no H200 has. `nvidia-smi mig -lgip` on an 8x H200 node
+// (NVIDIA/mig-parted#120, "Add support for the NVIDIA H200 GPU") lists 16.00 GiB for
+// 1g.18gb and 1g.18gb+me, 32.25 for 1g.35gb and 2g.35gb, 69.50 for 3g.71gb and 4g.71gb,
+// 139.75 for 7g.141gb: those values (in MiB) replace the mock's, by profile id; the rest
+// of the table is the mock's. tests/oracle/test_device_plugin_oracle.py checks the names
+// go-nvlib derives from it.
+func h200() gpus.Config {
+	cfg := gpus.H200_SXM5_141GB
+	lgip := map[int]uint64{
+		nvml.GPU_INSTANCE_PROFILE_1_SLICE: 16384, nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1: 16384,
+		nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2: 33024, nvml.GPU_INSTANCE_PROFILE_2_SLICE: 33024,
+		nvml.GPU_INSTANCE_PROFILE_3_SLICE: 71168, nvml.GPU_INSTANCE_PROFILE_4_SLICE: 71168,
+		nvml.GPU_INSTANCE_PROFILE_7_SLICE: 143104,
+	}
+	profiles := map[int]nvml.GpuInstanceProfileInfo{}
+	for id, p := range cfg.MIGProfiles.GpuInstanceProfiles {
+		if mib, ok := lgip[id]; ok {
+			p.MemorySizeMB = mib
+		}
+		profiles[id] = p
+	}
+	cfg.MIGProfiles.GpuInstanceProfiles = profiles
+	return cfg
 }
 
 // migDevice is one MIG device handle over a mock GPU instance / compute instance.

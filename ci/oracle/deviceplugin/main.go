@@ -6,7 +6,8 @@
 //	 "gfd":    {"config": ..., "labels": {...}, "warnings": [...]}}
 //
 // Input (stdin, JSON): {"configFile": PATH, "plugin": {"args": [...], "env": {...}},
-// "gfd": {"args": [...], "env": {...}}, "hardware": {...}} (see hardware.go). A side
+// "gfd": {"args": [...], "env": {...}}, "dra": {}, "hardware": {...}} (see hardware.go;
+// "dra": the NVIDIA DRA driver's view of the GPUs, dra.go). A side
 // left out is not run. On rejection it prints {"error": MSG, "component": ...} and exits
 // 1, MSG being upstream's own error chain.
 //
@@ -53,6 +54,7 @@ type request struct {
 	ConfigFile string   `json:"configFile"`
 	Plugin     *side    `json:"plugin"`
 	GFD        *side    `json:"gfd"`
+	DRA        *side    `json:"dra"`
 	Hardware   Hardware `json:"hardware"`
 }
 
@@ -168,6 +170,13 @@ func run(in io.Reader, fake bool) (map[string]interface{}, error) {
 			return nil, &rejection{"gpu-feature-discovery", err}
 		}
 		out["gfd"] = res
+	}
+	if req.DRA != nil {
+		res, err := runDRA(srv, devicelib)
+		if err != nil {
+			return nil, &rejection{"gpu-kubelet-plugin", err}
+		}
+		out["dra"] = res
 	}
 	return out, nil
 }
