@@ -53,6 +53,9 @@ EXPECT = {
     ("serving-fleet", "llama-8b-lora"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
     ("serving-fleet", "qwen-7b-image"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
     ("serving-fleet", "mistral-rare"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
+    ("multi-model-gateway", "llama-8b"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
+    ("multi-model-gateway", "qwen-7b"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
+    ("multi-model-gateway", "mistral-7b"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
     ("dra-fleet", "llama-70b"): ({}, "HorizontalPodAutoscaler"),       # devices via a claim
     ("dra-fleet", "qwen-7b"): ({}, "HorizontalPodAutoscaler"),
 }
