@@ -72,7 +72,7 @@ def plan_data(fleet: Fleet) -> dict:
     }
 
 
-def routes_data(spec: Spec) -> list[dict]:
+def routes_data(spec: Spec) -> list[dict[str, Any]]:
     """With a `gateway`: for each vLLM workload, the Gateway its HTTPRoute attaches to, the
     header it matches and the OpenAI `model` names it sends to the workload's InferencePool."""
     g = spec.gateway

@@ -7,6 +7,7 @@ import os
 import stat
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from gpuvalues import yamlio
 from gpuvalues.kube import unsupported_kube_version
@@ -70,7 +71,7 @@ def cross_field_findings(data: dict, loaded: yamlio.Loaded) -> list[Finding]:
     return out
 
 
-def route_findings(data: dict, loaded: yamlio.Loaded) -> list[Finding]:
+def route_findings(data: dict[str, Any], loaded: yamlio.Loaded) -> list[Finding]:
     """With a `gateway`, every vLLM workload's HTTPRoute matches its model names on the
     body-based router's header (gpuvalues.fleet.routing): a name two workloads serve would
     give two routes that match the same requests (GV050, at the later workload's name),
@@ -97,7 +98,7 @@ def route_findings(data: dict, loaded: yamlio.Loaded) -> list[Finding]:
                 "(HTTPRouteRule.matches)", f"workloads[{i}].lora", loaded=loaded,
                 at=("workloads", i, "lora"), hint="split the adapters across workloads"))
 
-    def where(i: int, name: str) -> tuple[str, tuple]:
+    def where(i: int, name: str) -> tuple[str, tuple[Any, ...]]:
         w = data["workloads"][i]
         if w["model"] == name:
             return f"workloads[{i}].model", ("workloads", i, "model")

@@ -326,6 +326,7 @@ def platform_release(spec: Spec, layout: Layout | None, workloads: Sequence[Rele
     if p.service_monitor and platform["dcgmExporter"]["enabled"]:
         platform["dcgmExporter"]["serviceMonitor"] = {"enabled": True}
     g = spec.gateway
+    bbr_note = ""
     if g and g.body_based_routing and any(w.server == "vllm" for w in spec.workloads):
         # one router per Gateway: the routes of every workload match the header it sets
         # (a parentRef without a namespace names the Gateway of the route's namespace; the
@@ -333,6 +334,8 @@ def platform_release(spec: Spec, layout: Layout | None, workloads: Sequence[Rele
         gw_ns = g.namespace or next(w.namespace for w in spec.workloads if w.server == "vllm")
         platform["bodyBasedRouting"] = {"enabled": True, "provider": g.provider,
                                         "gateway": {"name": g.name, "namespace": gw_ns}}
+        bbr_note = (f"the body-based router sets {routing.MODEL_HEADER} from each request's "
+                    f"`model` before Gateway {gw_ns}/{g.name} picks a route")
     decisions = [f"platform release {p.release_name} in {p.namespace}: "
                  + ", ".join(k for k, v in platform.items() if isinstance(v, dict) and v.get("enabled"))]
     if adapter:
@@ -340,9 +343,8 @@ def platform_release(spec: Spec, layout: Layout | None, workloads: Sequence[Rele
                          + " for every workload's HPA")
     values = {"workload": {"enabled": False}, "autoscaling": {"engine": "none"},
               "platform": platform}
-    if "bodyBasedRouting" in platform:
-        decisions.append(f"the body-based router sets {routing.MODEL_HEADER} from each request's "
-                         f"`model` before Gateway {gw_ns}/{g.name} picks a route")
+    if bbr_note:
+        decisions.append(bbr_note)
     return Release(p.release_name, p.namespace, values, None, tuple(decisions),
                    {"kube_version": spec.kubernetes_version})
 
