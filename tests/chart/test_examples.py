@@ -109,9 +109,10 @@ def test_example_fleet_renders_with_unique_names_and_schedules(helm4, path):
     keys = [(o["kind"], o["metadata"].get("namespace", r.namespace), o["metadata"]["name"])
             for r, objs in rendered for o in objs]
     assert len(keys) == len(set(keys))
-    # the platform release: at most the adapter and NFD's master, no inference server
+    # the platform release: at most the adapter, NFD's master and (with a gateway) the
+    # body-based router, no inference server
     assert {o["metadata"]["labels"]["app.kubernetes.io/component"] for o in rendered[0][1]
-            if o["kind"] == "Deployment"} <= {"prometheus-adapter", "nfd-master"}
+            if o["kind"] == "Deployment"} <= {"prometheus-adapter", "nfd-master", "bbr"}
     assert pipeline.fit_findings(fleet, rendered) == []
 
 
