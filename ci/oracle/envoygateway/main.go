@@ -4,7 +4,8 @@
 // defaults) and the InferencePools are handed to the translator as extension backend
 // resources, the way Envoy Gateway is configured for InferencePool
 // (EnvoyGateway extensionManager.backendResources: group inference.networking.k8s.io, kind
-// InferencePool). Prints the translation result (xds IR and route statuses) as JSON.
+// InferencePool); Envoy Gateway's policies and the Services they name go in too. Prints
+// the translation result (xds IR, route and policy statuses) as JSON.
 //
 // Built as a nested module under Envoy Gateway's import path (ci/oracle/build.sh) so that
 // it may import internal/.
@@ -52,7 +53,8 @@ func main() {
 		switch {
 		case gvk.Group == poolGroup && gvk.Kind == "InferencePool":
 			pools = append(pools, u)
-		case gvk.Group == gwapiv1.GroupName || (gvk.Group == "" && gvk.Kind == "Namespace"):
+		case gvk.Group == gwapiv1.GroupName || gvk.Group == egv1a1.GroupName ||
+			(gvk.Group == "" && (gvk.Kind == "Namespace" || gvk.Kind == "Service")):
 			known = append(known, doc)
 		}
 	}
@@ -73,8 +75,9 @@ func main() {
 	}
 	result, _ := t.Translate(res) // route errors are in the statuses, printed below
 	out, err := json.Marshal(map[string]interface{}{
-		"xdsIR":      result.XdsIR,
-		"httpRoutes": result.HTTPRoutes,
+		"xdsIR":                  result.XdsIR,
+		"httpRoutes":             result.HTTPRoutes,
+		"envoyExtensionPolicies": result.EnvoyExtensionPolicies,
 	})
 	if err != nil {
 		fail(err)
