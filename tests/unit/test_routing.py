@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gpuvalues import pipeline
 from gpuvalues.checks.spec import check_spec
-from gpuvalues import yamlio
+from gpuvalues.yamlio.loader import load_text
 from tests.conftest import ROOT
 
 HEADER = "X-Gateway-Model-Name"
@@ -19,7 +19,7 @@ WANT = {
 
 
 def findings(text: str):
-    return check_spec(yamlio.load_text(text, "spec.yaml"))
+    return check_spec(load_text(text, "spec.yaml"))
 
 
 def _spec(workloads: str, gateway: str = "{name: gw, namespace: gateway-system}") -> str:
