@@ -323,3 +323,11 @@ def test_negative_control_a_shadowed_route_is_seen():
     lost = misrouted(ir_routes(translate(objs)))
     assert lost and {m for m, _ in lost} <= {stolen, thief["metadata"]["annotations"][
         "gpu-inference.io/model-names"].split(",")[0]}, lost
+
+
+def test_the_oracle_is_the_release_the_chart_deploys():
+    """BBR, the EPP and the InferencePool CRD come from one GAIE release: the oracle's pin."""
+    values = yaml.safe_load((ol.CHART / "values.yaml").read_text())
+    want = ol.versions()["GAIE_VERSION"]
+    assert values["platform"]["bodyBasedRouting"]["image"]["tag"] == want
+    assert values["gateway"]["epp"]["image"]["tag"] == want
