@@ -62,3 +62,31 @@ def test_refusal_is_one_line_exit_2_no_output(tmp_path, cmd):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "[GV050]" in lines[0] and f"{spec}:16:16:" in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr and not out.exists()
+
+
+PLATFORM = {"workload": {"enabled": False}, "autoscaling": {"engine": "none"},
+            "platform": {"bodyBasedRouting": {"enabled": True}}}
+
+
+def test_bbr_provider_none_renders_only_the_router_serving_tls(helm4):
+    """provider none: no Envoy Gateway objects, and BBR keeps upstream's TLS serving."""
+    from tests.chart.chartlib import render
+    objs = render(helm4, values={**PLATFORM, "platform": {"bodyBasedRouting": {"enabled": True, "provider": "none"}}})
+    kinds = sorted(o["kind"] for o in objs if o["metadata"]["name"].endswith("-bbr"))
+    assert kinds == ["Deployment", "Service", "ServiceAccount"]
+    (dep,) = [o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-bbr")]
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--secure-serving=false" not in args and "--streaming" in args
+    # same namespace as the Gateway (default): no ReferenceGrant with envoyGateway either
+    objs = render(helm4, values=PLATFORM)
+    assert sorted(o["kind"] for o in objs if o["metadata"]["name"].endswith("-bbr")) == [
+        "Deployment", "EnvoyExtensionPolicy", "Service", "ServiceAccount"]
+
+
+def test_chart_refuses_more_than_64_names_in_one_route(helm4):
+    from tests.chart.chartlib import template
+    adapters = [{"name": f"a{i}", "source": f"org/a{i}"} for i in range(64)]
+    proc = template(helm4, values={"gateway": {"enabled": True}, "lora": {"adapters": adapters}})
+    assert proc.returncode != 0 and "65 model names" in proc.stderr, proc.stderr
+    proc = template(helm4, values={"gateway": {"enabled": True}, "lora": {"adapters": adapters[:63]}})
+    assert proc.returncode == 0, proc.stderr
