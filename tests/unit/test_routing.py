@@ -85,3 +85,13 @@ def test_gv051_more_names_than_one_rule_holds():
 def test_no_gateway_no_routes():
     spec = pipeline.fleet_of(ROOT / "examples" / "single-a100.yaml").spec
     assert pipeline.routes_data(spec) == []
+
+
+def test_gv051_in_a_values_file_as_the_chart_refuses_it(tmp_path):
+    """validate --values refuses what the chart's validation.yaml refuses (65 names)."""
+    adapters = "".join(f"    - {{name: a{i}, source: org/a{i}}}\n" for i in range(64))
+    path = tmp_path / "values.yaml"
+    path.write_text(f"gateway: {{enabled: true}}\nlora:\n  adapters:\n{adapters}")
+    assert [f.code for f in pipeline.check(values=str(path)) if f.code == "GV051"] == ["GV051"]
+    path.write_text(f"gateway: {{enabled: true}}\nlora:\n  adapters:\n{adapters[: adapters.rindex('    -')]}")
+    assert not [f for f in pipeline.check(values=str(path)) if f.code == "GV051"]
