@@ -218,6 +218,12 @@ CODES = {
               "re-plan against the current cluster, or remove a malformed rollout state annotation"),
     "GV049": ("a rollout stopped: mig-manager failed or a wave timed out",
               "see the node's Events and mig-manager's logs, fix, then rerun (it resumes)"),
+    "GV050": ("two HTTPRoutes on one Gateway match the same requests (one model name, two workloads)",
+              "serve each model name from one workload (rename the LoRA adapter, or merge the workloads)"),
+    "GV051": ("more model names in one HTTPRoute than Gateway API allows (64 matches per rule)",
+              "split the LoRA adapters across workloads"),
+    "GV052": ("the workloads' HTTPRoutes name Gateways in several namespaces, the body-based router serves one",
+              "set gateway.namespace (the Gateway's namespace)"),
     "GV055": ("a replica's memory below its weights plus the KV-cache floor",
               "raise memoryGB to at least the weights + max(1 GB, 10%) (docs/serving.md), or "
               "correct modelSizeGB / parameters / dtype"),

@@ -22,7 +22,8 @@ from gpuvalues.checks.fleet import build_checked, check_fleet
 from gpuvalues.checks.rules import Context, values_findings, warnings_or_raise
 from gpuvalues.checks.spec import check_spec, load_spec, parse_spec
 from gpuvalues.errors import Finding, GpuValuesError, PlanError, ValidationFailed, errors_only
-from gpuvalues.fleet import Fleet, Release, build_fleet
+from gpuvalues.fleet import Fleet, Release, build_fleet, routing
+from gpuvalues.fleet.spec import Spec
 from gpuvalues.io.files import write_all
 from gpuvalues.kube import supported_kube_minor
 
@@ -72,9 +73,22 @@ def plan_data(fleet: Fleet) -> dict:
                          "workloads": list(g.workloads), "labels": dict(g.labels)}
                         for g in layout.node_groups],
         "mig": mig,
+        "routes": routes_data(fleet.spec),
         "notes": list(fleet.decisions),
         "node_side": fleet.node_side(),
     }
+
+
+def routes_data(spec: Spec) -> list[dict[str, Any]]:
+    """With a `gateway`: for each vLLM workload, the Gateway its HTTPRoute attaches to, the
+    header it matches and the OpenAI `model` names it sends to the workload's InferencePool."""
+    g = spec.gateway
+    if g is None:
+        return []
+    return [{"workload": w.name, "gateway": f"{g.namespace or w.namespace}/{g.name}",
+             "header": routing.MODEL_HEADER,
+             "models": list(routing.model_names(w.model, (n for n, _ in w.lora)))}
+            for w in spec.workloads if w.server == "vllm"]
 
 
 def release_values_text(release: Release) -> str:

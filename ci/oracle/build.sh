@@ -5,7 +5,7 @@
 # into place only on success, <dir>/build-seconds, GOTOOLCHAIN=local, `-p 2 -trimpath`.
 #
 #   bash ci/oracle/build.sh               # all components
-#   bash ci/oracle/build.sh deviceplugin  # some of them (deviceplugin, migparted, migmanager, adapter, keda, ct)
+#   bash ci/oracle/build.sh deviceplugin  # some of them (deviceplugin, migparted, migmanager, adapter, keda, ct, bbr, envoygateway)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HERE="$ROOT/ci/oracle"
@@ -156,9 +156,46 @@ MIGMANAGER_VERSION="$MIG_PARTED_VERSION-$(sha256sum "$HERE/migmanager/main.go" |
 # The device-plugin oracle's cache entry: the plugin pin and a hash of its sources (an
 # edit rebuilds it), read by tests/oracle/oraclelib.py ensure_built too.
 DEVICEPLUGIN_VERSION="$DEVICE_PLUGIN_VERSION-$(cat "$HERE"/deviceplugin/*.go "$HERE"/deviceplugin/go.mod.in "$HERE"/run-deviceplugin.sh | sha256sum | cut -c1-12)"
+# The Gateway API Inference Extension's body-based router (cmd/bbr, the program of the
+# chart's bbr image) and a tiny ext_proc client (ci/oracle/bbr) in one throw-away module at
+# the chart's GAIE pin; upstream's go.sum seeds ours (its requirements are its own).
+build_bbr() {
+  local v=${1%%-*} out=$2 src="$2/src" gaie
+  mkdir -p "$src/extproc" "$out/bin"
+  cp "$HERE/bbr/main.go" "$src/extproc/"
+  gaie=$(moddir "sigs.k8s.io/gateway-api-inference-extension@$v")
+  [ -f "$gaie/go.sum" ] || die "could not download sigs.k8s.io/gateway-api-inference-extension@$v"
+  printf 'module gpu-inference.local/oracle/bbr\n\n%s\n\nrequire sigs.k8s.io/gateway-api-inference-extension %s\n' \
+    "$(grep -m1 '^go ' "$gaie/go.mod")" "$v" >"$src/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "sigs.k8s.io/gateway-api-inference-extension/cmd/bbr"\n' >"$src/tools.go"
+  cp "$gaie/go.sum" "$src/go.sum" && chmod u+w "$src/go.sum"
+  (cd "$src" && "$GO" mod tidy && CGO_ENABLED=0 "$GO" build "${BUILD_FLAGS[@]}" -o "$out/bin/" \
+    sigs.k8s.io/gateway-api-inference-extension/cmd/bbr ./extproc)
+  mv "$out/bin/extproc" "$out/bin/extproc-client"
+}
+BBR_BUILD="$GAIE_VERSION-$(sha256sum "$HERE/bbr/main.go" | cut -c1-12)"
+
+# Envoy Gateway's own Gateway API translator (internal/gatewayapi) behind a small main
+# (ci/oracle/envoygateway), as a nested module under Envoy Gateway's import path so it may
+# import internal/; Envoy Gateway's go.mod replace lines and go.sum are copied (its
+# go-control-plane/contrib pseudo-version is unknown to the checksum database).
+build_envoygateway() {
+  local v=${1%%-*} out=$2 src="$2/src" eg
+  mkdir -p "$src" "$out/bin"
+  cp "$HERE/envoygateway/main.go" "$src/"
+  eg=$(moddir "github.com/envoyproxy/gateway@$v")
+  [ -f "$eg/go.sum" ] || die "could not download github.com/envoyproxy/gateway@$v"
+  {
+    sed -e "s/@EG_VERSION@/$v/" -e "s/^go .*/$(grep -m1 '^go ' "$eg/go.mod")/" "$HERE/envoygateway/go.mod.in"
+    sed -n '/^replace (/,/^)/p;/^replace [^(]/p' "$eg/go.mod"
+  } >"$src/go.mod"
+  cp "$eg/go.sum" "$src/go.sum" && chmod u+w "$src/go.sum"
+  (cd "$src" && "$GO" mod tidy && CGO_ENABLED=0 "$GO" build "${BUILD_FLAGS[@]}" -o "$out/bin/envoygateway" .)
+}
+ENVOYGATEWAY_BUILD="$ENVOY_GATEWAY_VERSION-$(sha256sum "$HERE/envoygateway/main.go" | cut -c1-12)"
 
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(deviceplugin migparted migmanager adapter keda ct)
+[ ${#components[@]} -gt 0 ] || components=(deviceplugin migparted migmanager adapter keda ct bbr envoygateway)
 total_start=$(date +%s)
 for c in "${components[@]}"; do
   case $c in
@@ -168,7 +205,9 @@ for c in "${components[@]}"; do
     adapter) run_build adapter "$ADAPTER_VERSION" build_adapter ;;
     keda) run_build keda "$KEDA_VERSION" build_keda ;;
     ct) run_build ct "$CHART_TESTING_VERSION" build_ct ;;
-    *) die "unknown component '$c' (deviceplugin, migparted, migmanager, adapter, keda, ct)" ;;
+    bbr) run_build bbr "$BBR_BUILD" build_bbr ;;
+    envoygateway) run_build envoygateway "$ENVOYGATEWAY_BUILD" build_envoygateway ;;
+    *) die "unknown component '$c' (deviceplugin, migparted, migmanager, adapter, keda, ct, bbr, envoygateway)" ;;
   esac
 done
 echo "oracle build: done in $(( $(date +%s) - total_start )) s (cache: $CACHE)"

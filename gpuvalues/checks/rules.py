@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuvalues.errors import CODES, Finding, ValidationFailed, errors_only
+from gpuvalues.fleet import routing
 from gpuvalues.kube import kube_minor, unsupported_kube_version
 from gpuvalues.planners.scheduling.topology import nvlink_size
 from gpuvalues.schemas import SCHEMAS, SPEC_SCHEMA, VALUES_SCHEMA, is_valid, load_schema, validator_for  # noqa: F401 (re-exported)
@@ -532,6 +533,16 @@ def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded 
                 "served name of its own", "lora", "adapters", i, "name",
                 hint="rename the adapter")
         seen.add(name)
+
+    # GV051: one HTTPRoute rule holds the route's model names, at most 64 (the chart's
+    # templates/validation.yaml refuses more at render; gpuvalues.fleet.routing).
+    if _get(values, "gateway", "enabled", default=False):
+        names = _get(values, "gateway", "modelNames", default=[]) or list(routing.model_names(
+            str(model_name), (a["name"] for a in _get(values, "lora", "adapters", default=[]) or []
+                              if isinstance(a, dict) and "name" in a)))
+        if len(names) > routing.MAX_MATCHES:
+            add("GV051", f"{len(names)} model names (model.name and lora.adapters) in one "
+                f"HTTPRoute rule; Gateway API allows {routing.MAX_MATCHES} matches", "lora", "adapters")
 
     # GV032: hugepages and extended resources are never overcommitted: the API server
     # refuses a request without an equal limit (validateResourceRequirements); the chart

@@ -7,6 +7,7 @@ import os
 import stat
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from gpuvalues.yamlio.inputs import MAX_INPUT_BYTES, resolve_reference
 from gpuvalues.yamlio.loader import Loaded, expect_mapping, format_path, load_text, load_yaml
@@ -14,6 +15,7 @@ from gpuvalues.kube import unsupported_kube_version
 from gpuvalues.checks.rules import SPEC_SCHEMA, check_schema, finding, yaml_findings
 from gpuvalues.checks.weights import weight_findings
 from gpuvalues.errors import Finding, ValidationFailed, errors_only
+from gpuvalues.fleet import routing
 from gpuvalues.fleet.spec import Spec, from_data
 
 
@@ -63,11 +65,67 @@ def cross_field_findings(data: dict, loaded: Loaded) -> list[Finding]:
                                at=("kubernetesVersion",), hint="target a version listed"))
     out += reference_findings(data, loaded)
     out += weight_findings(data, loaded)
+    out += route_findings(data, loaded)
     a = data.get("autoscaling", {})
     if "minReplicas" in a and "maxReplicas" in a and a["minReplicas"] > a["maxReplicas"]:
         out.append(finding("GV011", f"minReplicas {a['minReplicas']} > maxReplicas "
                            f"{a['maxReplicas']}", "autoscaling.minReplicas", loaded=loaded,
                            at=("autoscaling", "minReplicas")))
+    return out
+
+
+def route_findings(data: dict[str, Any], loaded: Loaded) -> list[Finding]:
+    """With a `gateway`, every vLLM workload's HTTPRoute matches its model names on the
+    body-based router's header (gpuvalues.fleet.routing): a name two workloads serve would
+    give two routes that match the same requests (GV050, at the later workload's name),
+    and one route takes at most 64 names (GV051)."""
+    g = data.get("gateway")
+    if not g:
+        return []
+    out: list[Finding] = []
+    routes: list[tuple[str, tuple[str, ...]]] = []
+    index: list[int] = []
+    for i, w in enumerate(data["workloads"]):
+        if w.get("server", "vllm") != "vllm":
+            continue
+        adapters = [a["name"] for a in w.get("lora", ())]
+        names = routing.model_names(w["model"], adapters)
+        # a parentRef without a namespace names a Gateway in the route's own namespace
+        ns = g.get("namespace") or w.get("namespace", data.get("namespace", "gpu-inference"))
+        routes.append((f"{ns}/{g['name']}", names))
+        index.append(i)
+        if len(names) > routing.MAX_MATCHES:
+            out.append(finding(
+                "GV051", f"{len(names)} model names (the model and its LoRA adapters) in one "
+                f"HTTPRoute rule; Gateway API allows {routing.MAX_MATCHES} matches "
+                "(HTTPRouteRule.matches)", f"workloads[{i}].lora", loaded=loaded,
+                at=("workloads", i, "lora"), hint="split the adapters across workloads"))
+
+    def where(i: int, name: str) -> tuple[str, tuple[Any, ...]]:
+        w = data["workloads"][i]
+        if w["model"] == name:
+            return f"workloads[{i}].model", ("workloads", i, "model")
+        k = next(k for k, a in enumerate(w.get("lora", ())) if a["name"] == name)
+        return f"workloads[{i}].lora[{k}].name", ("workloads", i, "lora", k, "name")
+
+    spaces = sorted({r[0].split("/")[0] for r in routes})
+    if g.get("bodyBasedRouting", True) and not g.get("namespace") and len(spaces) > 1:
+        out.append(finding(
+            "GV052", f"gateway has no namespace, so the workloads' HTTPRoutes attach to a Gateway "
+            f"{g['name']!r} in each of the namespaces {', '.join(spaces)}; the platform's one "
+            "body-based router serves one Gateway", "gateway", loaded=loaded, at=("gateway",),
+            hint="set gateway.namespace (the Gateway's namespace)"))
+    for later, name, earlier in routing.conflicts(routes):
+        i, first = index[later], index[earlier]
+        field, at = where(i, name)
+        kind = "model" if data["workloads"][first]["model"] == name else "LoRA adapter"
+        out.append(finding(
+            "GV050", f"model name {name!r} is also served by workload "
+            f"{data['workloads'][first]['name']!r} (its {kind}): both HTTPRoutes on Gateway "
+            f"{routes[later][0]} would match {routing.MODEL_HEADER}: {name} and Gateway API "
+            "gives the requests to the older route only", field, loaded=loaded, at=at,
+            hint="serve each model name from one workload (rename the adapter, or merge "
+                 "the workloads)"))
     return out
 
 

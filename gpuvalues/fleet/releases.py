@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from gpuvalues.yamlio.writer import dump
 from gpuvalues.errors import Finding, SpecError
-from gpuvalues.fleet import producers, sizing
+from gpuvalues.fleet import producers, routing, sizing
 from gpuvalues.fleet.layout import DEFAULT_DEVICE_PLUGIN_CONFIG, Layout
 from gpuvalues.fleet.placement import Placement, spec_error
 from gpuvalues.fleet.spec import DEFAULT_DTYPE, DTYPE_BYTES, Spec
@@ -134,6 +134,11 @@ def workload_release(spec: Spec, wi: int, placement: Placement, layout: Layout,
         if spec.gateway.section_name:
             ref["sectionName"] = spec.gateway.section_name
         values["gateway"] = {"enabled": True, "parentRefs": [ref]}
+        names = routing.model_names(w.model, (n for n, _ in w.lora))
+        gw = f"{spec.gateway.namespace or w.namespace}/{spec.gateway.name}"
+        decisions.append(f"{w.name}: Gateway {gw} routes model "
+                         + ", ".join(repr(n) for n in names)
+                         + f" to its InferencePool ({routing.MODEL_HEADER} header)")
 
     # Topology: multi-GPU pods go to nodes whose NVLink group fits them.
     label, nvlink_group = _pool_topology(spec, placement, layout)
@@ -371,6 +376,17 @@ def platform_release(spec: Spec, layout: Layout | None, workloads: Sequence[Rele
         platform["migManager"]["config"] = dict(layout.mig_parted)
     if p.service_monitor and platform["dcgmExporter"]["enabled"]:
         platform["dcgmExporter"]["serviceMonitor"] = {"enabled": True}
+    g = spec.gateway
+    bbr_note = ""
+    if g and g.body_based_routing and any(w.server == "vllm" for w in spec.workloads):
+        # one router per Gateway: the routes of every workload match the header it sets
+        # (a parentRef without a namespace names the Gateway of the route's namespace; the
+        # spec check GV052 keeps those to one namespace)
+        gw_ns = g.namespace or next(w.namespace for w in spec.workloads if w.server == "vllm")
+        platform["bodyBasedRouting"] = {"enabled": True, "provider": g.provider,
+                                        "gateway": {"name": g.name, "namespace": gw_ns}}
+        bbr_note = (f"the body-based router sets {routing.MODEL_HEADER} from each request's "
+                    f"`model` before Gateway {gw_ns}/{g.name} picks a route")
     decisions = [f"platform release {p.release_name} in {p.namespace}: "
                  + ", ".join(k for k, v in platform.items() if isinstance(v, dict) and v.get("enabled"))]
     if adapter:
@@ -378,6 +394,8 @@ def platform_release(spec: Spec, layout: Layout | None, workloads: Sequence[Rele
                          + " for every workload's HPA")
     values = {"workload": {"enabled": False}, "autoscaling": {"engine": "none"},
               "platform": platform}
+    if bbr_note:
+        decisions.append(bbr_note)
     return Release(p.release_name, p.namespace, values, None, tuple(decisions),
                    {"kube_version": spec.kubernetes_version})
 

@@ -203,11 +203,14 @@ class ModelSource:
 
 @dataclass(frozen=True)
 class Gateway:
-    """The Gateway every vLLM workload's HTTPRoute attaches to (`gateway`)."""
+    """The Gateway every vLLM workload's HTTPRoute attaches to (`gateway`), and whether the
+    platform deploys the body-based router in front of its routes (`provider` wires it)."""
 
     name: str
     namespace: str | None = None
     section_name: str | None = None
+    body_based_routing: bool = True
+    provider: str = "envoyGateway"
 
 
 @dataclass(frozen=True)
@@ -368,7 +371,8 @@ def from_data(data: dict, *, base_dir: Path = Path("."), loaded: Loaded | None =
                           pl.get("serviceMonitor", False), pl.get("namespace", "gpu-platform"),
                           pl.get("releaseName", "gpu-platform")),
         memory_headroom=data.get("memoryHeadroom", 0.05),
-        gateway=Gateway(g["name"], g.get("namespace"), g.get("sectionName"))
+        gateway=Gateway(g["name"], g.get("namespace"), g.get("sectionName"),
+                        g.get("bodyBasedRouting", True), g.get("provider", "envoyGateway"))
         if (g := data.get("gateway")) else None,
         kubernetes_version=_kube_version(data.get("kubernetesVersion", "1.34.0")),
         nfd=data["cluster"].get("nfd", "deploy"),

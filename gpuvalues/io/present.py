@@ -57,6 +57,11 @@ def plan_table(data: Mapping[str, Any], pictures: Sequence[tuple[str, str]] = ()
                                     [[b["name"], "n/a" if b["gpus"] is None else b["gpus"], b["note"]]
                                      for b in mig["baselines"]]))
         out += [f"warning: {w}" for w in mig["warnings"]]
+    if data.get("routes"):
+        # the `model` a client sends, and where the Gateway takes it
+        out.append(output.table(["model (request body)", "workload", "gateway", "matched on"],
+                                [[m, r["workload"], r["gateway"], r["header"]]
+                                 for r in data["routes"] for m in r["models"]]))
     out += [f"note: {n}" for n in data["notes"]]
     return "\n".join(out).rstrip() + "\n"
 

@@ -53,6 +53,9 @@ EXPECT = {
     ("serving-fleet", "llama-8b-lora"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
     ("serving-fleet", "qwen-7b-image"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
     ("serving-fleet", "mistral-rare"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
+    ("multi-model-gateway", "llama-8b"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
+    ("multi-model-gateway", "qwen-7b"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
+    ("multi-model-gateway", "mistral-7b"): ({"nvidia.com/gpu": 1}, "ScaledObject"),
     ("dra-fleet", "llama-70b"): ({}, "HorizontalPodAutoscaler"),       # devices via a claim
     ("dra-fleet", "qwen-7b"): ({}, "HorizontalPodAutoscaler"),
     # 8 GPUs per pod, 2 pods (nodes) per replica: a LeaderWorkerSet
@@ -110,9 +113,10 @@ def test_example_fleet_renders_with_unique_names_and_schedules(helm4, path):
     keys = [(o["kind"], o["metadata"].get("namespace", r.namespace), o["metadata"]["name"])
             for r, objs in rendered for o in objs]
     assert len(keys) == len(set(keys))
-    # the platform release: at most the adapter and NFD's master, no inference server
+    # the platform release: at most the adapter, NFD's master and (with a gateway) the
+    # body-based router, no inference server
     assert {o["metadata"]["labels"]["app.kubernetes.io/component"] for o in rendered[0][1]
-            if o["kind"] == "Deployment"} <= {"prometheus-adapter", "nfd-master"}
+            if o["kind"] == "Deployment"} <= {"prometheus-adapter", "nfd-master", "bbr"}
     assert pipeline.fit_findings(fleet, rendered) == []
 
 

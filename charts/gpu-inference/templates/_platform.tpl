@@ -372,3 +372,14 @@ spec:
       protocol: TCP
     {{- end }}
 {{- end }}
+
+{{/* "true" when the chart renders the body-based router (a platform part: one per Gateway). */}}
+{{- define "gpu-inference.platform.bbrEnabled" -}}
+{{- if .Values.platform.bodyBasedRouting.enabled }}true{{ end }}
+{{- end }}
+
+{{/* Namespace of the Gateway BBR serves (its EnvoyExtensionPolicy lives there: Envoy
+     Gateway policies target objects of their own namespace). */}}
+{{- define "gpu-inference.platform.bbrGatewayNamespace" -}}
+{{- default (include "gpu-inference.namespace" .) .Values.platform.bodyBasedRouting.gateway.namespace }}
+{{- end }}

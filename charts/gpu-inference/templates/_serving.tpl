@@ -21,6 +21,26 @@ app.kubernetes.io/component: endpoint-picker
 app.kubernetes.io/component: endpoint-picker
 {{- end }}
 
+{{/* The header the body-based router sets from the request body's `model` field and every
+     workload's HTTPRoute matches (GAIE v1.5.0 pkg/bbr/plugins/bodyfieldtoheader
+     body_field_to_header.go ModelHeader). */}}
+{{- define "gpu-inference.gateway.modelHeader" -}}
+X-Gateway-Model-Name
+{{- end }}
+
+{{/* The model names a client sends (OpenAI `model`) that this workload's route sends to its
+     pool, as a JSON list: gateway.modelNames, else the served model name (vLLM
+     --served-model-name, model.name) and every LoRA adapter's name (vLLM serves an adapter
+     under its --lora-modules name, on the base model's pods). */}}
+{{- define "gpu-inference.gateway.modelNames" -}}
+{{- $names := .Values.gateway.modelNames }}
+{{- if not $names }}
+{{- $names = list .Values.model.name }}
+{{- range .Values.lora.adapters }}{{- $names = append $names .name }}{{- end }}
+{{- end }}
+{{- toJson (uniq $names) }}
+{{- end }}
+
 {{- define "gpu-inference.model.labels" -}}
 {{ include "gpu-inference.baseLabels" . }}
 app.kubernetes.io/component: model-cache
