@@ -218,6 +218,14 @@ CODES = {
               "re-plan against the current cluster, or remove a malformed rollout state annotation"),
     "GV049": ("a rollout stopped: mig-manager failed or a wave timed out",
               "see the node's Events and mig-manager's logs, fix, then rerun (it resumes)"),
+    "GV065": ("a cluster dump doctor cannot read (not `kubectl get -o json` output)",
+              "give the folder of `kubectl get ... -o json` files docs/doctor.md lists"),
+    "GV066": ("doctor's options or dump folder are wrong",
+              "give exactly one of --dump DIR or a live cluster (--kubeconfig/--context), and an existing folder"),
+    "GV067": ("Prometheus series doctor cannot read",
+              "give prometheus-series.json as {series name: /api/v1/series response}, or a reachable --prometheus URL"),
+    "GV068": ("a Helm release record that does not decode",
+              "dump the Secrets Helm wrote (kubectl get secrets -l owner=helm -o json) unchanged"),
     "GV100": ("bad input", "fix the value the message names"),
 }
 
