@@ -12,7 +12,7 @@ import contextlib
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from gpuvalues import yamlio
 from gpuvalues.bundle import EXAMPLE_SPEC
@@ -23,6 +23,9 @@ from gpuvalues.errors import Finding, GpuValuesError, ValidationFailed, errors_o
 from gpuvalues.fleet import Fleet, Release, build_fleet
 from gpuvalues.io.files import write_all
 from gpuvalues.kube import supported_kube_minor
+
+if TYPE_CHECKING:
+    from gpuvalues.operations.doctor import Report
 
 __all__ = ["fleet_of", "plan_data", "rendered", "release_values_text", "combined_values",
            "write_values", "write_node_side", "install_commands", "values_targets", "rendered_data", "check", "fit_report",
@@ -445,7 +448,7 @@ __all__ += ["ValidationFailed"]     # raised by fleet_of, rendered and the write
 
 def doctor(spec_path: str | Path, *, dump: str | Path | None = None, kubeconfig: str | None = None,
            context: str | None = None, prometheus: str | None = None,
-           dump_to: str | Path | None = None):
+           dump_to: str | Path | None = None) -> "Report":
     """`gpuvalues doctor`: the fleet of `spec_path` against a cluster snapshot, read from a
     dump folder (`dump`) or a live cluster (list only; `prometheus` for series), the live
     read written as a dump to `dump_to`. Returns the `Report`; a spec whose fleet has errors

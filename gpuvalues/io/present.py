@@ -220,7 +220,7 @@ def doctor_table(data: Mapping[str, Any]) -> str:
     """The people's view of a doctor `Report.to_dict()`: one table per workload (its
     replicas and its findings), then the platform's findings, then notes."""
     out = []
-    by_workload: dict[str, list] = {}
+    by_workload: dict[str, list[Any]] = {}
     for f in data["findings"]:
         by_workload.setdefault(f["workload"], []).append(f)
     for w in data["workloads"]:

@@ -17,6 +17,7 @@ The live reader only lists (the verbs of docs/doctor.md's ClusterRole: get, list
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -39,7 +40,7 @@ class SnapshotError(GpuValuesError):
     code = "GV065"
 
 
-def _release_of(obj: Mapping, source: str, where: str) -> HelmRelease | None:
+def _release_of(obj: Mapping[str, Any], source: str, where: str) -> HelmRelease | None:
     try:
         return decode_release(obj)
     except (ValueError, TypeError, OSError, EOFError) as exc:
@@ -47,9 +48,9 @@ def _release_of(obj: Mapping, source: str, where: str) -> HelmRelease | None:
                             source=source, field=where, code="GV068") from None
 
 
-def snapshot_from_objects(objects: list[Mapping], series: Mapping | None, source: str) -> Snapshot:
+def snapshot_from_objects(objects: list[Mapping[str, Any]], series: Mapping[str, Any] | None, source: str) -> Snapshot:
     """A Snapshot from API objects (any kinds; unknown kinds are ignored)."""
-    groups: dict[str, list] = {v: [] for v in KINDS.values()}
+    groups: dict[str, list[Any]] = {v: [] for v in KINDS.values()}
     for i, o in enumerate(objects):
         kind = o.get("kind") if isinstance(o, Mapping) else None
         if kind not in KINDS:
@@ -63,7 +64,7 @@ def snapshot_from_objects(objects: list[Mapping], series: Mapping | None, source
     return Snapshot(**{k: tuple(v) for k, v in groups.items()}, series=series, source=source)
 
 
-def _items(doc: Any, source: str) -> list[Mapping]:
+def _items(doc: Any, source: str) -> list[Mapping[str, Any]]:
     if not isinstance(doc, Mapping):
         raise SnapshotError("expected `kubectl get ... -o json` output (a JSON object)", source=source, line=1, column=1)
     if "items" in doc:
@@ -109,7 +110,7 @@ def load_dump(folder: str | Path) -> Snapshot:
     folder = Path(folder)
     if not folder.is_dir():
         raise SnapshotError("expected a folder of `kubectl get -o json` files", source=str(folder), code="GV066")
-    objects: list[Mapping] = []
+    objects: list[Mapping[str, Any]] = []
     series = None
     files = sorted(p for p in folder.iterdir() if p.suffix == ".json")
     if not files:
@@ -128,22 +129,26 @@ def load_dump(folder: str | Path) -> Snapshot:
 
 
 # -- live ---------------------------------------------------------------------------------------
-#: what the live reader lists: (Snapshot field, API path). Read-only: GET of collections.
-LIVE_LISTS = (
-    ("Node", "/api/v1/nodes"),
-    ("Pod", "/api/v1/pods"),
-    ("DaemonSet", "/apis/apps/v1/daemonsets"),
-    ("ConfigMap", "/api/v1/configmaps"),
-    ("HorizontalPodAutoscaler", "/apis/autoscaling/v2/horizontalpodautoscalers"),
-    ("PodDisruptionBudget", "/apis/policy/v1/poddisruptionbudgets"),
-    ("APIService", "/apis/apiregistration.k8s.io/v1/apiservices"),
-    ("Event", "/api/v1/events"),
-    ("Secret", "/api/v1/secrets?labelSelector=owner%3Dhelm"),
-    ("ScaledObject", "/apis/keda.sh/v1alpha1/scaledobjects"),
+#: what the live reader lists: (kind, API group as RBAC names it, resource, client API class,
+#: its list method, extra arguments). Read-only: every call is a `list_*` (a GET of a collection).
+LIVE_LISTS: tuple[tuple[str, str, str, str, str, tuple[str, ...]], ...] = (
+    ("Node", "", "nodes", "CoreV1Api", "list_node", ()),
+    ("Pod", "", "pods", "CoreV1Api", "list_pod_for_all_namespaces", ()),
+    ("DaemonSet", "apps", "daemonsets", "AppsV1Api", "list_daemon_set_for_all_namespaces", ()),
+    ("ConfigMap", "", "configmaps", "CoreV1Api", "list_config_map_for_all_namespaces", ()),
+    ("HorizontalPodAutoscaler", "autoscaling", "horizontalpodautoscalers", "AutoscalingV2Api",
+     "list_horizontal_pod_autoscaler_for_all_namespaces", ()),
+    ("PodDisruptionBudget", "policy", "poddisruptionbudgets", "PolicyV1Api",
+     "list_pod_disruption_budget_for_all_namespaces", ()),
+    ("APIService", "apiregistration.k8s.io", "apiservices", "ApiregistrationV1Api", "list_api_service", ()),
+    ("Event", "", "events", "CoreV1Api", "list_event_for_all_namespaces", ()),
+    ("Secret", "", "secrets", "CoreV1Api", "list_secret_for_all_namespaces", ()),
+    ("ScaledObject", "keda.sh", "scaledobjects", "CustomObjectsApi", "list_cluster_custom_object",
+     ("keda.sh", "v1alpha1", "scaledobjects")),
 )
 
 
-def _series_names(snap_objects: list[Mapping]) -> list[str]:
+def _series_names(snap_objects: list[Mapping[str, Any]]) -> list[str]:
     """The series the adapter rules of the cluster read (what to ask Prometheus for)."""
     import re
 
@@ -187,29 +192,32 @@ def query_series(url: str, names: list[str], *, get: Callable[[str], bytes] | No
     return out
 
 
-def read_live(kubeconfig: str | None, context: str | None, prometheus: str | None = None) -> tuple[list[Mapping], dict | None]:
+def read_live(kubeconfig: str | None, context: str | None, prometheus: str | None = None) -> tuple[list[Mapping[str, Any]], dict[str, Any] | None]:
     """Every object doctor reads from the live cluster (GETs of collections only), and the
     Prometheus series bodies (None without `prometheus`)."""
-    from kubernetes import client, config
+    from kubernetes import client
+    from kubernetes import config as kube_config
     from kubernetes.client.exceptions import ApiException
 
     from gpuvalues.io.cluster import api_error
 
     where = kubeconfig or "~/.kube/config"
     cfg = client.Configuration()
+    loader: Any = kube_config          # the client's loaders carry no annotations
     try:
-        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+        loader.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
     except Exception as exc:
         message = " ".join(str(exc).split()) or exc.__class__.__name__
         raise InventoryError(f"cannot load kubeconfig: {message}", source=where) from None
     cfg.retries = 1
-    api = client.ApiClient(cfg)
-    objects: list[Mapping] = []
+    api: Any = client.ApiClient(cfg)
+    objects: list[Mapping[str, Any]] = []
     try:
-        for kind, path in LIVE_LISTS:
+        for kind, _group, _resource, cls, method, extra in LIVE_LISTS:
+            kw: dict[str, Any] = {"label_selector": "owner=helm"} if kind == "Secret" else {}
             try:
-                resp = api.call_api(path, "GET", auth_settings=["BearerToken"], _preload_content=False,
-                                    _request_timeout=60)
+                resp = getattr(getattr(client, cls)(api), method)(*extra, _preload_content=False,
+                                                                   _request_timeout=60, **kw)
             except ApiException as exc:
                 if exc.status == 404 and kind == "ScaledObject":
                     continue               # KEDA not installed: no ScaledObject
@@ -217,7 +225,7 @@ def read_live(kubeconfig: str | None, context: str | None, prometheus: str | Non
             except Exception as exc:
                 raise TransientError(f"cannot reach the API server: {exc.__class__.__name__}: {exc}",
                                      source=where) from None
-            body = json.loads(resp[0].data)
+            body = json.loads(resp.data)
             for item in body.get("items") or ():
                 item.setdefault("kind", kind)
                 objects.append(item)
@@ -236,7 +244,7 @@ def live_snapshot(kubeconfig: str | None, context: str | None,
     return snapshot_from_objects(objects, series, kubeconfig or "~/.kube/config"), files
 
 
-def reduce_release_secret(obj: Mapping) -> Mapping:
+def reduce_release_secret(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """A Helm release Secret with its release record cut to what doctor reads (name,
     namespace, version, info.status, config, manifest): no chart files in a dump."""
     import base64
@@ -253,7 +261,7 @@ def reduce_release_secret(obj: Mapping) -> Mapping:
             "data": {"release": base64.b64encode(inner).decode()}}
 
 
-def dump_files(objects: list[Mapping], series: Mapping | None) -> dict[str, str]:
+def dump_files(objects: list[Mapping[str, Any]], series: Mapping[str, Any] | None) -> dict[str, str]:
     """The dump folder's files for what `read_live` read (managedFields dropped)."""
     items = []
     for o in objects:

@@ -104,15 +104,15 @@ class Snapshot:
     """One read of a cluster: objects as the API serves them (dicts), and the Prometheus
     series of the metrics autoscalers read (metric -> label sets), None when not read."""
 
-    nodes: tuple[Mapping, ...] = ()
-    pods: tuple[Mapping, ...] = ()
-    daemonsets: tuple[Mapping, ...] = ()
-    configmaps: tuple[Mapping, ...] = ()
-    hpas: tuple[Mapping, ...] = ()
-    scaledobjects: tuple[Mapping, ...] = ()
-    apiservices: tuple[Mapping, ...] = ()
-    events: tuple[Mapping, ...] = ()
-    pdbs: tuple[Mapping, ...] = ()
+    nodes: tuple[Mapping[str, Any], ...] = ()
+    pods: tuple[Mapping[str, Any], ...] = ()
+    daemonsets: tuple[Mapping[str, Any], ...] = ()
+    configmaps: tuple[Mapping[str, Any], ...] = ()
+    hpas: tuple[Mapping[str, Any], ...] = ()
+    scaledobjects: tuple[Mapping[str, Any], ...] = ()
+    apiservices: tuple[Mapping[str, Any], ...] = ()
+    events: tuple[Mapping[str, Any], ...] = ()
+    pdbs: tuple[Mapping[str, Any], ...] = ()
     releases: tuple[HelmRelease, ...] = ()
     series: Mapping[str, tuple[Mapping[str, str], ...]] | None = None
     source: str = ""
@@ -129,7 +129,7 @@ class Finding:
     workload: str = ""
     fix: str = ""
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """Plain data for `--output yaml|json`."""
         return {"code": self.code, "object": self.object, "workload": self.workload,
                 "link": CODES[self.code][0], "message": self.message, "fix": self.fix or CODES[self.code][1]}
@@ -149,7 +149,7 @@ class WorkloadStatus:
     pending: int
     autoscaler: str = ""
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """Plain data."""
         return {"workload": self.workload, "namespace": self.namespace, "desired": self.desired,
                 "running": self.running, "pending": self.pending, "autoscaler": self.autoscaler}
@@ -168,27 +168,27 @@ class Report:
         """No finding."""
         return not self.findings
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain data for `--output yaml|json`."""
         return {"healthy": self.healthy, "workloads": [w.as_dict() for w in self.workloads],
                 "findings": [f.as_dict() for f in self.findings], "notes": list(self.notes)}
 
 
 # -- helpers -------------------------------------------------------------------------------------
-def _meta(o: Mapping) -> Mapping:
+def _meta(o: Mapping[str, Any]) -> Mapping[str, Any]:
     return o.get("metadata") or {}
 
 
-def _labels(o: Mapping) -> Mapping[str, str]:
+def _labels(o: Mapping[str, Any]) -> Mapping[str, str]:
     return _meta(o).get("labels") or {}
 
 
-def _ref(kind: str, o: Mapping) -> str:
+def _ref(kind: str, o: Mapping[str, Any]) -> str:
     ns = _meta(o).get("namespace")
     return f"{kind}/{ns}/{_meta(o).get('name')}" if ns else f"{kind}/{_meta(o).get('name')}"
 
 
-def decode_release(secret: Mapping) -> HelmRelease | None:
+def decode_release(secret: Mapping[str, Any]) -> HelmRelease | None:
     """A Helm storage Secret (`type: helm.sh/release.v1`, data.release: base64 of Helm's
     base64 of gzipped JSON; helm pkg/storage/driver/util.go decodeRelease) as a
     HelmRelease, None for another Secret. A release that does not decode raises ValueError."""
@@ -252,7 +252,7 @@ def _manifest_images(manifest: str) -> dict[tuple[str, str], set[str]]:
     return out
 
 
-def _owner_name(pod: Mapping) -> str | None:
+def _owner_name(pod: Mapping[str, Any]) -> str | None:
     """The pod's controller's name, its ReplicaSet's hash suffix cut (Deployment pods)."""
     for o in _meta(pod).get("ownerReferences") or ():
         if o.get("controller"):
@@ -265,7 +265,7 @@ def _owner_name(pod: Mapping) -> str | None:
     return None
 
 
-def _gpu_pod(pod: Mapping) -> bool:
+def _gpu_pod(pod: Mapping[str, Any]) -> bool:
     """Does the pod ask for GPUs (an nvidia.com/* limit or a resource claim)?"""
     spec = pod.get("spec") or {}
     return bool(spec.get("resourceClaims")) or any(
@@ -273,23 +273,23 @@ def _gpu_pod(pod: Mapping) -> bool:
         for k in ((c.get("resources") or {}).get("limits") or {}))
 
 
-def _running(pod: Mapping) -> bool:
+def _running(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running" and not _meta(pod).get("deletionTimestamp")
 
 
-def _pending_message(pod: Mapping) -> str:
+def _pending_message(pod: Mapping[str, Any]) -> str:
     for c in (pod.get("status") or {}).get("conditions") or ():
         if c.get("type") == "PodScheduled" and c.get("status") == "False":
             return str(c.get("message") or c.get("reason") or "")
     return ""
 
 
-def _node(obj: Mapping) -> Node:
+def _node(obj: Mapping[str, Any]) -> Node:
     from gpuvalues.planners.inventory import node_from_kubectl_item
     return node_from_kubectl_item(obj, "cluster", 0)
 
 
-def _ds_admits(ds: Mapping, node: Node) -> bool:
+def _ds_admits(ds: Mapping[str, Any], node: Node) -> bool:
     """Would the DaemonSet controller run a pod of `ds` on `node`: the scheduler's static
     filters (fit's) with the tolerations every DaemonSet pod gets
     (pkg/controller/daemon/util AddOrUpdateDaemonPodTolerations: unschedulable, not-ready...)."""
@@ -313,11 +313,11 @@ class _Ctx:
         self.findings.append(Finding(code, obj, message, workload, fix))
 
 
-def _group_nodes(ctx: _Ctx) -> dict[str, list[tuple[Mapping, Node]]]:
+def _group_nodes(ctx: _Ctx) -> dict[str, list[tuple[Mapping[str, Any], Node]]]:
     """Node group -> its live nodes: the pool's selector and the group label the printed
     install puts on them (GROUP_LABEL)."""
     layout = ctx.fleet.layout
-    out: dict[str, list[tuple[Mapping, Node]]] = {}
+    out: dict[str, list[tuple[Mapping[str, Any], Node]]] = {}
     if layout is None:
         return out
     groups = {g.name: g for g in layout.node_groups}
@@ -331,7 +331,7 @@ def _group_nodes(ctx: _Ctx) -> dict[str, list[tuple[Mapping, Node]]]:
     return out
 
 
-def _platform_pods(ctx: _Ctx, component: str) -> list[Mapping]:
+def _platform_pods(ctx: _Ctx, component: str) -> list[Mapping[str, Any]]:
     platform = ctx.fleet.platform
     name = f"gpu-inference-{component}"
     return [p for p in ctx.snap.pods if _labels(p).get("app.kubernetes.io/name") == name
@@ -339,7 +339,7 @@ def _platform_pods(ctx: _Ctx, component: str) -> list[Mapping]:
             and _meta(p).get("namespace") == platform.namespace]
 
 
-def _platform_ds(ctx: _Ctx, component: str) -> Mapping | None:
+def _platform_ds(ctx: _Ctx, component: str) -> Mapping[str, Any] | None:
     platform = ctx.fleet.platform
     name = f"gpu-inference-{component}"
     for ds in ctx.snap.daemonsets:
@@ -433,7 +433,7 @@ def _check_node_side(ctx: _Ctx) -> None:
     _ = want_labels if layout.node_groups else None
 
 
-def _adapter_rules(ctx: _Ctx) -> list[Mapping] | None:
+def _adapter_rules(ctx: _Ctx) -> list[Mapping[str, Any]] | None:
     """The platform's adapter rules (its ConfigMap's config.yaml), None without one."""
     import yaml
     platform = ctx.fleet.platform
@@ -459,7 +459,7 @@ def _dcgm_fields(ctx: _Ctx) -> set[str] | None:
     return None
 
 
-def _served(rules: Sequence[Mapping]) -> dict[str, tuple[str, str]]:
+def _served(rules: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
     """Metric name the adapter serves -> (series, the label naming the pod), as
     prometheus-adapter v0.12.0 names them (pkg/naming/metric_namer.go: `as` replaces the
     `matches` capture; the pod resource override names the pod label)."""
@@ -478,7 +478,7 @@ def _served(rules: Sequence[Mapping]) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _check_metrics(ctx: _Ctx, hpa_of: Mapping[str, Mapping]) -> None:
+def _check_metrics(ctx: _Ctx, hpa_of: Mapping[str, Mapping[str, Any]]) -> None:
     snap, fleet = ctx.snap, ctx.fleet
     if not hpa_of:
         return
@@ -488,7 +488,7 @@ def _check_metrics(ctx: _Ctx, hpa_of: Mapping[str, Mapping]) -> None:
     if api is None:
         ctx.add("DR008", f"APIService/{CUSTOM_METRICS_APISERVICE}", "missing: no HPA reads a custom metric")
     elif not available:
-        cond = next((c for c in (api.get("status") or {}).get("conditions") or () if c.get("type") == "Available"), {})
+        cond: Mapping[str, Any] = next((c for c in (api.get("status") or {}).get("conditions") or () if c.get("type") == "Available"), {})
         ctx.add("DR008", f"APIService/{CUSTOM_METRICS_APISERVICE}",
                 f"not Available ({cond.get('reason') or 'no status'}: {cond.get('message') or ''})".rstrip(": )") + ")")
     rules = _adapter_rules(ctx)
@@ -523,18 +523,20 @@ def _check_metrics(ctx: _Ctx, hpa_of: Mapping[str, Mapping]) -> None:
     _ = fleet
 
 
-def _check_workloads(ctx: _Ctx) -> tuple[list[WorkloadStatus], dict[str, Mapping]]:
+def _check_workloads(ctx: _Ctx) -> tuple[list[WorkloadStatus], dict[str, Mapping[str, Any]]]:
     snap, fleet = ctx.snap, ctx.fleet
     deployed = _deployed(snap.releases)
-    statuses, hpa_of = [], {}
-    nodes = [_node(n) for n in snap.nodes]
+    statuses: list[WorkloadStatus] = []
+    hpa_of: dict[str, Mapping[str, Any]] = {}
+    nodes: list[Node] = []          # read only to replay fit for a Pending pod without a message
     for r in fleet.workloads:
+        wl = r.workload or r.name
         rel = deployed.get((r.namespace, r.name))
         ref = f"Release/{r.namespace}/{r.name}"
         if rel is None:
-            ctx.add("DR001", ref, f"workload {r.workload}: no deployed Helm release {r.name} in {r.namespace}",
-                    r.workload)
-            statuses.append(WorkloadStatus(r.workload, r.namespace, 0, 0, 0))
+            ctx.add("DR001", ref, f"workload {wl}: no deployed Helm release {r.name} in {r.namespace}",
+                    wl)
+            statuses.append(WorkloadStatus(wl, r.namespace, 0, 0, 0))
             continue
         pods = [p for p in snap.pods if _meta(p).get("namespace") == r.namespace
                 and _labels(p).get("app.kubernetes.io/instance") == r.name and _gpu_pod(p)
@@ -548,7 +550,7 @@ def _check_workloads(ctx: _Ctx) -> tuple[list[WorkloadStatus], dict[str, Mapping
         desired = len(pods)
         scaler = ""
         if hpa is not None:
-            hpa_of[r.workload] = hpa
+            hpa_of[wl] = hpa
             scaler = _ref("HorizontalPodAutoscaler", hpa)
             desired = int((hpa.get("status") or {}).get("desiredReplicas") or desired)
         if so is not None:
@@ -556,14 +558,14 @@ def _check_workloads(ctx: _Ctx) -> tuple[list[WorkloadStatus], dict[str, Mapping
             ready = next((c for c in (so.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"), None)
             if ready is not None and ready.get("status") != "True":
                 ctx.add("DR017", scaler, f"Ready={ready.get('status')} ({ready.get('reason') or ''}: "
-                        f"{ready.get('message') or ''})", r.workload)
-        statuses.append(WorkloadStatus(r.workload, r.namespace, desired, running, len(pending), scaler))
+                        f"{ready.get('message') or ''})", wl)
+        statuses.append(WorkloadStatus(wl, r.namespace, desired, running, len(pending), scaler))
         # values drift: the release's values against the fleet's
         drift = _diff(dict(r.values), dict(rel.config))
         if drift:
             ctx.add("DR016", ref, f"{len(drift)} value(s) differ from the fleet's: {', '.join(drift[:5])}"
-                    + (" ..." if len(drift) > 5 else ""), r.workload)
-        _check_images(ctx, rel, pods, r.workload)
+                    + (" ..." if len(drift) > 5 else ""), wl)
+        _check_images(ctx, rel, pods, wl)
         # PDB blocking a drain
         for pdb in snap.pdbs:
             if _meta(pdb).get("namespace") != r.namespace or _labels(pdb).get("app.kubernetes.io/instance") != r.name:
@@ -574,17 +576,18 @@ def _check_workloads(ctx: _Ctx) -> tuple[list[WorkloadStatus], dict[str, Mapping
                 ctx.add("DR013", _ref("PodDisruptionBudget", pdb),
                         f"{st.get('currentHealthy')} of {st.get('expectedPods')} pods healthy and no disruption "
                         f"allowed (minAvailable {(pdb.get('spec') or {}).get('minAvailable')}, maxUnavailable "
-                        f"{(pdb.get('spec') or {}).get('maxUnavailable')}): a node drain waits forever", r.workload)
+                        f"{(pdb.get('spec') or {}).get('maxUnavailable')}): a node drain waits forever", wl)
         if pending:
-            pool = next((p.pool.name for p in fleet.placements if p.workload == r.workload), None)
+            pool = next((p.pool.name for p in fleet.placements if p.workload == wl), None)
             if pool not in ctx.broken_pools:
                 msg = _pending_message(pending[0])
                 if not msg:
                     spec = pending[0].get("spec") or {}
+                    nodes = nodes or [_node(n) for n in snap.nodes]
                     reasons = [static_reason(pod_shape(spec), n) for n in nodes]
                     msg = "; ".join(sorted({x for x in reasons if x})) or "the pods fit a node's filters: not scheduled yet"
                 ctx.add("DR007", _ref("Pod", pending[0]),
-                        f"{len(pending)} pod(s) Pending: {msg}", r.workload)
+                        f"{len(pending)} pod(s) Pending: {msg}", wl)
     platform = deployed.get((fleet.platform.namespace, fleet.platform.name))
     if platform is None:
         ctx.add("DR001", f"Release/{fleet.platform.namespace}/{fleet.platform.name}",
@@ -600,7 +603,7 @@ def _check_workloads(ctx: _Ctx) -> tuple[list[WorkloadStatus], dict[str, Mapping
     return statuses, hpa_of
 
 
-def _check_images(ctx: _Ctx, rel: HelmRelease, pods: Sequence[Mapping], workload: str) -> None:
+def _check_images(ctx: _Ctx, rel: HelmRelease, pods: Sequence[Mapping[str, Any]], workload: str) -> None:
     """Image drift: a pod's container image that its owner's rendered manifest does not name."""
     try:
         images = _manifest_images(rel.manifest)
