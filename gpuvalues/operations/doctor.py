@@ -478,7 +478,8 @@ def _served(rules: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _check_metrics(ctx: _Ctx, hpa_of: Mapping[str, Mapping[str, Any]]) -> None:
+def _check_metrics(ctx: _Ctx, hpa_of: Mapping[str, Mapping[str, Any]],
+                   pods_of: Mapping[str, set[str]]) -> None:
     snap, fleet = ctx.snap, ctx.fleet
     if not hpa_of:
         return
@@ -512,22 +513,32 @@ def _check_metrics(ctx: _Ctx, hpa_of: Mapping[str, Mapping[str, Any]]) -> None:
                 continue
             if snap.series is None:
                 continue
+            # the series must name this workload's pods by the label the rule reads
+            mine = pods_of.get(workload, set())
             found = snap.series.get(series, ())
-            if not found:
-                ctx.add("DR010", ref, f"metric {name!r}: no {series} series in Prometheus", workload)
+            by_label: dict[str, set[str]] = {}
+            for s in found:
+                for k, v in s.items():
+                    if k.endswith("pod"):
+                        by_label.setdefault(k, set()).add(v)
+            if by_label.get(pod_label, set()) & mine:
                 continue
-            if not any(s.get(pod_label) for s in found):
-                other = sorted({k for s in found for k in s if k.endswith("pod")} - {pod_label})
-                ctx.add("DR011", ref, f"metric {name!r}: {series} series carry {', '.join(other) or 'no pod label'}, "
-                        f"the adapter rule matches {pod_label}", workload)
+            other = sorted(k for k, v in by_label.items() if k != pod_label and v & mine)
+            if other:
+                ctx.add("DR011", ref, f"metric {name!r}: {series} names the workload's pods by "
+                        f"{', '.join(other)}, the adapter rule by {pod_label}", workload)
+            else:
+                ctx.add("DR010", ref, f"metric {name!r}: no {series} series of the workload's pods in Prometheus"
+                        + (f" ({len(found)} series of other pods)" if found else ""), workload)
     _ = fleet
 
 
-def _check_workloads(ctx: _Ctx) -> tuple[list[WorkloadStatus], dict[str, Mapping[str, Any]]]:
+def _check_workloads(ctx: _Ctx) -> tuple[list[WorkloadStatus], dict[str, Mapping[str, Any]], dict[str, set[str]]]:
     snap, fleet = ctx.snap, ctx.fleet
     deployed = _deployed(snap.releases)
     statuses: list[WorkloadStatus] = []
     hpa_of: dict[str, Mapping[str, Any]] = {}
+    pods_of: dict[str, set[str]] = {}
     nodes: list[Node] = []          # read only to replay fit for a Pending pod without a message
     for r in fleet.workloads:
         wl = r.workload or r.name
@@ -542,6 +553,7 @@ def _check_workloads(ctx: _Ctx) -> tuple[list[WorkloadStatus], dict[str, Mapping
                 and _labels(p).get("app.kubernetes.io/instance") == r.name and _gpu_pod(p)
                 and not _meta(p).get("deletionTimestamp")]
         running = sum(_running(p) for p in pods)
+        pods_of[wl] = {str(_meta(p).get("name")) for p in pods}
         pending = [p for p in pods if (p.get("status") or {}).get("phase") == "Pending"]
         hpa = next((h for h in snap.hpas if _meta(h).get("namespace") == r.namespace
                     and _labels(h).get("app.kubernetes.io/instance") == r.name), None)
@@ -600,7 +612,7 @@ def _check_workloads(ctx: _Ctx) -> tuple[list[WorkloadStatus], dict[str, Mapping
                     + (" ..." if len(drift) > 5 else ""))
         _check_images(ctx, platform, [p for p in snap.pods if _meta(p).get("namespace") == platform.namespace
                                       and _labels(p).get("app.kubernetes.io/instance") == platform.name], "")
-    return statuses, hpa_of
+    return statuses, hpa_of, pods_of
 
 
 def _check_images(ctx: _Ctx, rel: HelmRelease, pods: Sequence[Mapping[str, Any]], workload: str) -> None:
@@ -628,8 +640,8 @@ def diagnose(fleet: Fleet, snap: Snapshot) -> Report:
     """Every broken link between `fleet` and the cluster `snap` shows (module docstring)."""
     ctx = _Ctx(fleet, snap)
     _check_node_side(ctx)
-    statuses, hpa_of = _check_workloads(ctx)
-    _check_metrics(ctx, hpa_of)
+    statuses, hpa_of, pods_of = _check_workloads(ctx)
+    _check_metrics(ctx, hpa_of, pods_of)
     if snap.series is None and hpa_of:
         ctx.notes.append("no Prometheus series given: series and their pod labels not checked")
     findings = sorted(set(ctx.findings), key=lambda f: (f.workload, f.code, f.object, f.message))

@@ -223,7 +223,9 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
             kube.kubectl("patch", "configmap", "-n", ns, adapter_cm, "--type=merge",
                          "-p", json.dumps({"data": {"config.yaml": text}}))
             kube.cluster.terminate(adapter)
-            adapter = start_adapter(text, f"prometheus-adapter-{len(broken)}")
+            restarts.append(text)
+            adapter = start_adapter(text, f"prometheus-adapter-{len(restarts)}")
+        restarts: list[str] = []
         t = time.monotonic()
         set_rules(without)
         rep = settle("adapter rule missing: DR009", {"DR009"})
@@ -238,11 +240,14 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
              lambda: kube.kubectl("patch", "apiservice", apiservice, "--type=merge", "-p",
                                   json.dumps({"spec": {"service": {"port": 1}}})),
              lambda: kube.kubectl("patch", "apiservice", apiservice, "--type=merge", "-p",
-                                  json.dumps({"spec": {"service": {"port": current_port}}})))
-        # 6. exported_pod labels: a Prometheus whose scrape does not honour the exporter's labels
+                                  json.dumps({"spec": {"service": {"port": current_port}}})), timeout=180)
+        # 6. exported_pod labels: a Prometheus whose scrape does not honour the exporter's
+        # labels while the target has its own pod/namespace (a ServiceMonitor's target
+        # labels, honorLabels false): the series' pod becomes exported_pod
         (tmp_path / "p2").mkdir()
         _, prom2 = e2elib.start_prometheus(kube.cluster, prometheus_bin, tmp_path / "p2", "fleet", exporter.port,
-                                           honor_labels=False, name="prometheus-exported")
+                                           honor_labels=False, name="prometheus-exported",
+                                           labels={"namespace": ns, "pod": "scrape-target-0"})
         t = time.monotonic()
         rep = settle("series labelled exported_pod: DR011", {"DR011"}, prometheus=prom2)
         assert {f["object"] for f in rep["findings"]} == {hpa_obj + r.name for r in fleet.workloads}, _codes(rep)

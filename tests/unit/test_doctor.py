@@ -301,13 +301,25 @@ def test_without_series_the_report_says_what_it_did_not_check(fleet, healthy_obj
 
 
 # -- the reader, the CLI, the tables -----------------------------------------------------------
-def _cli(*args):
-    import subprocess
-    import sys
-    return subprocess.run([sys.executable, "-m", "gpuvalues.cli", *args], capture_output=True, text=True, cwd=ROOT)
+class _Res:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
 
 
-def test_cli_dump_mode_exit_codes(tmp_path, healthy_objects):
+@pytest.fixture
+def _cli(capsys):
+    """The CLI in-process (unit tests start no process): exit code, stdout, stderr."""
+    from gpuvalues import cli
+
+    def run(*args):
+        capsys.readouterr()
+        code = cli.main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return _Res(code, out, err)
+    return run
+
+
+def test_cli_dump_mode_exit_codes(tmp_path, healthy_objects, _cli):
     res = _cli("doctor", str(SPEC), "--dump", str(FIXTURE))
     assert res.returncode == 0 and "healthy: no finding" in res.stdout, res.stderr
     bad = tmp_path / "broken"
@@ -328,7 +340,7 @@ def test_cli_dump_mode_exit_codes(tmp_path, healthy_objects):
     ("cluster.json", json.dumps({"kind": "Secret", "type": "helm.sh/release.v1", "metadata": {"name": "x"},
                                  "data": {"release": "bm90IGd6aXA="}}), "GV068"),
 ])
-def test_a_bad_dump_is_one_line_exit_2(tmp_path, name, text, code):
+def test_a_bad_dump_is_one_line_exit_2(tmp_path, name, text, code, _cli):
     (tmp_path / name).write_text(text)
     if name != "cluster.json":
         (tmp_path / "cluster.json").write_text('{"kind": "List", "items": []}')
@@ -338,7 +350,7 @@ def test_a_bad_dump_is_one_line_exit_2(tmp_path, name, text, code):
     assert len(lines) == 1 and lines[0].endswith(f"[{code}]") and str(tmp_path) in lines[0], lines
 
 
-def test_options_are_checked(tmp_path):
+def test_options_are_checked(tmp_path, _cli):
     for args in ([], ["--dump", str(FIXTURE), "--kubeconfig", "k"], ["--dump", str(tmp_path / "none")],
                  ["--dump", str(FIXTURE), "--prometheus", "http://x"]):
         res = _cli("doctor", str(SPEC), *args)
@@ -365,18 +377,20 @@ def test_the_live_reader_only_reads_and_the_role_covers_it():
     """Read-only by construction: every live call is a GET of a collection, and the docs'
     ClusterRole (get/list/watch only) names every resource read. The e2e test runs doctor
     with a token bound to exactly that role."""
+    import kubernetes.client as k
+
     from gpuvalues.io import snapshot
+    for _kind, _group, _resource, cls, method, _extra in snapshot.LIVE_LISTS:
+        assert method.startswith("list_") and callable(getattr(getattr(k, cls), method)), method
     src = (ROOT / "gpuvalues" / "io" / "snapshot.py").read_text()
-    assert re.findall(r'call_api\([^,]+, "([A-Z]+)"', src) == ["GET"]
-    assert not re.search(r"\b(create|patch|replace|delete)_[a-z_]+\(", src)
+    # the only client calls are the table's (getattr(...)(api), method)) and Prometheus GETs
+    assert not re.search(r"\b(create|patch|replace|delete|connect)_[a-z_]+", src)
+    assert "urlopen(u, timeout" in src and "data=" not in src.split("def query_series", 1)[1].split("def ", 1)[0]
     text = (ROOT / "docs" / "doctor.md").read_text()
     role = yaml.safe_load(re.search(r"<!-- doctor-clusterrole -->\n```yaml\n(.*?)```", text, re.S).group(1))
     assert {v for r in role["rules"] for v in r["verbs"]} == {"get", "list", "watch"}
     granted = {(g, res) for r in role["rules"] for g in r["apiGroups"] for res in r["resources"]}
-    for _kind, path in snapshot.LIVE_LISTS:
-        parts = path.split("?")[0].strip("/").split("/")
-        group = "" if parts[0] == "api" else parts[1]
-        assert (group, parts[-1]) in granted, path
+    assert granted == {(g, res) for _k, g, res, _c, _m, _e in snapshot.LIVE_LISTS}
 
 
 def test_table_output_groups_findings_by_workload(fleet, healthy_objects, healthy_series):
