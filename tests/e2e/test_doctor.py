@@ -193,7 +193,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         # 3. resource name mismatch: the device-plugin ConfigMap's ts-4 loses renameByDefault
         # (an edit outside helm); the plugin on the node restarts and advertises nvidia.com/gpu
         [dp_cm] = [c for c in fleetlib.installed(kube, platform, "configmap")
-                   if c["metadata"]["name"].endswith("-device-plugin")]
+                   if c["metadata"]["name"].endswith("-device-plugin-configs")]
         original = dict(dp_cm["data"])
 
         def dp_pod_restart():
@@ -216,7 +216,9 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         without = yaml.safe_dump({**rules_doc, "rules": [x for x in rules_doc["rules"]
                                                          if x["name"]["as"] != "vllm_num_requests_waiting"]})
         assert without != cm["data"]["config.yaml"]
-        hpa_obj = "HorizontalPodAutoscaler/gpu-inference/"
+        hpa_objs = {f"HorizontalPodAutoscaler/{r.namespace}/{h['metadata']['name']}"
+                    for r in fleet.workloads for h in fleetlib.installed(kube, r, "hpa")}
+        assert len(hpa_objs) == len(fleet.workloads), hpa_objs
 
         def set_rules(text):
             nonlocal adapter
@@ -229,7 +231,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         t = time.monotonic()
         set_rules(without)
         rep = settle("adapter rule missing: DR009", {"DR009"})
-        assert {f["object"] for f in rep["findings"]} == {hpa_obj + r.name for r in fleet.workloads}, _codes(rep)
+        assert {f["object"] for f in rep["findings"]} == hpa_objs, _codes(rep)
         set_rules(cm["data"]["config.yaml"])
         settle("adapter rule restored", set())
         broken.append(("DR009", "adapter rule missing", round(time.monotonic() - t, 1)))
@@ -250,7 +252,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
                                            labels={"namespace": ns, "pod": "scrape-target-0"})
         t = time.monotonic()
         rep = settle("series labelled exported_pod: DR011", {"DR011"}, prometheus=prom2)
-        assert {f["object"] for f in rep["findings"]} == {hpa_obj + r.name for r in fleet.workloads}, _codes(rep)
+        assert {f["object"] for f in rep["findings"]} == hpa_objs, _codes(rep)
         broken.append(("DR011", "exported_pod labels", round(time.monotonic() - t, 1)))
         # 7. a PDB that blocks drains (edited outside helm)
         r0 = fleet.workloads[0]
