@@ -30,9 +30,10 @@ from gpuvalues.fleet.producers import (DEVICE_PLUGIN, GFD, MIG_MANAGER, MIG_STAT
                                        install_parts, operator_values)
 from gpuvalues.fleet.spec import GROUP_LABEL
 from gpuvalues.operations.remediation import ANN_STATE, TAINT_KEY
-from gpuvalues.planners import deviceplugin, migparted
-from gpuvalues.planners.fit import pod_shape, static_reason
-from gpuvalues.planners.inventory import Node
+from gpuvalues.planners import deviceplugin
+from gpuvalues.planners.mig import migparted
+from gpuvalues.planners.scheduling.fit import pod_shape, static_reason
+from gpuvalues.planners.scheduling.inventory import Node
 
 __all__ = ["CODES", "Snapshot", "HelmRelease", "Finding", "WorkloadStatus", "Report", "diagnose",
            "decode_release", "CUSTOM_METRICS_APISERVICE", "AGENT_COMPONENTS"]
@@ -292,7 +293,7 @@ def _node(obj: Mapping[str, Any]) -> Node:
     """The scheduler's view of a Node object (name, labels, taints, unschedulable, GPU
     allocatable): built directly, as the API server already validated the object (the
     inventory reader's checks cost 2 ms a node, most of doctor's time on 5,000 nodes)."""
-    from gpuvalues.planners.inventory import Taint
+    from gpuvalues.planners.scheduling.inventory import Taint
     spec = obj.get("spec") or {}
     taints = tuple(Taint(str(t.get("key", "")), str(t.get("effect", "")), str(t.get("value") or ""))
                    for t in spec.get("taints") or ())
