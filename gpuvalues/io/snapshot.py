@@ -78,7 +78,7 @@ def _items(doc: Any, source: str) -> list[Mapping[str, Any]]:
 
 
 def _load_json(path: Path) -> Any:
-    from gpuvalues.yamlio import read_input
+    from gpuvalues.yamlio.inputs import read_input
     data, source = read_input(path, error=SnapshotError, expected="kubectl JSON", max_bytes=MAX_DUMP_BYTES)
     try:
         return json.loads(data.decode("utf-8"))
