@@ -59,7 +59,7 @@ CODES: dict[str, tuple[str, str]] = {
               "check the Prometheus adapter's Deployment, Service and APIService v1beta1.custom.metrics.k8s.io"),
     "DR009": ("no adapter rule serves the autoscaler's metric",
               "add the metric to platform.prometheusAdapter.metrics (the fleet's platform values do)"),
-    "DR010": ("the metric's series is absent in Prometheus",
+    "DR010": ("no series of the metric names the workload's pods in Prometheus",
               "check that Prometheus scrapes the exporter or server (ServiceMonitor, job up)"),
     "DR011": ("the series names its pod with labels the adapter rule does not use (pod vs exported_pod)",
               "set platform.prometheusAdapter.exporterLabels to the scrape's style (honorLabels)"),
