@@ -255,7 +255,22 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         rep = settle("series labelled exported_pod: DR011", {"DR011"}, prometheus=prom2)
         assert {f["object"] for f in rep["findings"]} == hpa_objs, _codes(rep)
         broken.append(("DR011", "exported_pod labels", round(time.monotonic() - t, 1)))
-        # 7. a PDB that blocks drains (edited outside helm)
+        # 7. the series absent: a Prometheus that scrapes an exporter serving none of the
+        # servers' series (a ServiceMonitor that selects no server Service)
+        other = fleetlib.Exporter()
+        threading.Thread(target=other.serve_forever, daemon=True).start()
+        try:
+            (tmp_path / "p3").mkdir()
+            _, prom3 = e2elib.start_prometheus(kube.cluster, prometheus_bin, tmp_path / "p3", "fleet", other.port,
+                                               name="prometheus-other")
+            t = time.monotonic()
+            rep = settle("series absent: DR010", {"DR010"}, prometheus=prom3)
+            assert {f["object"] for f in rep["findings"]} == hpa_objs, _codes(rep)
+            broken.append(("DR010", "series absent", round(time.monotonic() - t, 1)))
+        finally:
+            other.shutdown()
+            other.server_close()
+        # 8. a PDB that blocks drains (edited outside helm)
         r0 = fleet.workloads[0]
         [pdb] = fleetlib.installed(kube, r0, "pdb")
         pdb_spec = pdb["spec"]
@@ -265,11 +280,11 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
                                                "value": {"selector": pdb_spec["selector"], "maxUnavailable": 0}}])),
              lambda: kube.kubectl("patch", "pdb", "-n", r0.namespace, pdb["metadata"]["name"], "--type=json", "-p",
                                   json.dumps([{"op": "replace", "path": "/spec", "value": pdb_spec}])))
-        # 8. a quarantined node: the remediation controller's taint (put on by kubectl here)
+        # 9. a quarantined node: the remediation controller's taint (put on by kubectl here)
         step("DR014", f"Node/{node}", "quarantined node",
              lambda: kube.kubectl("taint", "node", node, "remediation.gpu-inference.io/gpu-unhealthy=true:NoSchedule"),
              lambda: kube.kubectl("taint", "node", node, "remediation.gpu-inference.io/gpu-unhealthy-"))
-        # 9. image drift: the DCGM exporter's image changed outside helm
+        # 10. image drift: the DCGM exporter's image changed outside helm
         [dcgm] = [d for d in fleetlib.installed(kube, platform, "daemonset")
                   if d["metadata"]["name"].endswith("-dcgm-exporter")]
         container = dcgm["spec"]["template"]["spec"]["containers"][0]
@@ -285,7 +300,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         set_image(container["image"])
         settle("image restored", set(), timeout=120)
         broken.append(("DR015", "image drift", round(time.monotonic() - t, 1)))
-        # 10. values drift: a workload release upgraded with a value the fleet does not have
+        # 11. values drift: a workload release upgraded with a value the fleet does not have
         r1 = fleet.workloads[-1]
         values_file = printed.out / f"{r1.name}.values.yaml"
 
@@ -294,7 +309,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
                       "-f", str(values_file), *extra)
         step("DR016", f"Release/{r1.namespace}/{r1.name}", "values drift",
              lambda: helm_upgrade("--set", "podAnnotations.drift=yes"), lambda: helm_upgrade())
-        # 11. a fleet release not installed: the other workload's release uninstalled
+        # 12. a fleet release not installed: the other workload's release uninstalled
         # (checked last: reinstalling re-pins)
         t = time.monotonic()
         kube.helm("uninstall", r0.name, "-n", r0.namespace)
@@ -302,7 +317,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         assert _codes(rep) == [("DR001", f"Release/{r0.namespace}/{r0.name}")], _codes(rep)
         broken.append(("DR001", "release missing", round(time.monotonic() - t, 1)))
         print(f"\ndoctor e2e: {len(broken)} links broken and named in {time.monotonic() - t0:.1f} s: {broken}")
-        assert len({c for c, _, _ in broken}) == 11, broken
+        assert len({c for c, _, _ in broken}) == 12, broken
         assert not agents.errors, agents.errors
     finally:
         exporter.shutdown()
