@@ -172,7 +172,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
             breaks()
             want = {obj} if isinstance(obj, str) else obj
             rep = settle(f"{what}: {code}", {code}, timeout=timeout, prometheus=prometheus, objects=want)
-            if code == "DR006" or code == "DR003":
+            if code == "DR003":
                 # the dump of a broken cluster gives the same findings too
                 d = tmp_path / f"dump-{code}"
                 _doctor(kubeconfig, prometheus or prom, "--dump-to", str(d))
@@ -209,10 +209,22 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
             dp_pod_restart()
         unrenamed = {k: v.replace("renameByDefault: true", "renameByDefault: false") for k, v in original.items()}
         assert unrenamed != original, original
-        # every node whose group selects ts-4: the plugins re-read the config they select
-        # when it changes (the emulator's config-manager, as upstream), one restarted here too
-        step("DR006", {f"Node/{n}" for n in nodes}, "resource name mismatch",
-             lambda: set_dp_config(unrenamed), lambda: set_dp_config(original), timeout=120)
+        # the nodes whose group selects ts-4 re-read it (the emulator's config-manager, as
+        # upstream, or the restarted pod): doctor must name exactly the nodes that then
+        # advertise nvidia.com/gpu where gpu.shared belongs, as the API server shows them
+        t = time.monotonic()
+        set_dp_config(unrenamed)
+        rep = settle("resource name mismatch: DR006", {"DR006"}, timeout=120)
+        live = kube.nodes()
+        lacking = {f"Node/{n}" for n in nodes if not int(live[n]["status"]["allocatable"].get("nvidia.com/gpu.shared", 0))}
+        assert lacking and {f["object"] for f in rep["findings"]} == lacking, (_codes(rep), lacking)
+        d = tmp_path / "dump-DR006"
+        _doctor(kubeconfig, prom, "--dump-to", str(d))
+        rc, dumped = _doctor(kubeconfig, None, "--dump", str(d))
+        assert rc == 1 and {c for c, _ in _codes(dumped)} == {"DR006"}, _codes(dumped)
+        set_dp_config(original)
+        settle("resource name mismatch: repaired", set(), timeout=120)
+        broken.append(("DR006", "resource name mismatch", round(time.monotonic() - t, 1)))
         # 4. an adapter rule missing: the adapter's ConfigMap without the vLLM rule, the
         # adapter restarted on it (as its pod would)
         adapter_cm = cm["metadata"]["name"]
