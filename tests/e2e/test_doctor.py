@@ -229,8 +229,11 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         # adapter restarted on it (as its pod would)
         adapter_cm = cm["metadata"]["name"]
         rules_doc = yaml.safe_load(cm["data"]["config.yaml"])
-        without = yaml.safe_dump({**rules_doc, "rules": [x for x in rules_doc["rules"]
-                                                         if x["name"]["as"] != "vllm_num_requests_waiting"]})
+        # another metric's rule stays, so the adapter still serves the API group (with no
+        # rule at all prometheus-adapter serves none: the APIService would fail too)
+        kept = [x for x in rules_doc["rules"] if x["name"]["as"] != "vllm_num_requests_waiting"]
+        other_rule = json.loads(json.dumps(rules_doc["rules"][0]).replace("num_requests_waiting", "num_requests_running"))
+        without = yaml.safe_dump({**rules_doc, "rules": kept + [other_rule]})
         assert without != cm["data"]["config.yaml"]
         hpa_objs = {f"HorizontalPodAutoscaler/{r.namespace}/{h['metadata']['name']}"
                     for r in fleet.workloads for h in fleetlib.installed(kube, r, "hpa")}
