@@ -330,7 +330,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
 
         def helm_upgrade(*extra):
             kube.helm("upgrade", "--install", r1.name, str(ROOT / "charts" / "gpu-inference"), "-n", r1.namespace,
-                      "-f", str(values_file), *extra)
+                      "-f", str(values_file), "--force-conflicts", *extra)   # the HPA pin is kubectl's
         step("DR016", f"Release/{r1.namespace}/{r1.name}", "values drift",
              lambda: helm_upgrade("--set", "podAnnotations.drift=yes"), lambda: helm_upgrade())
         # 12. a fleet release not installed: the other workload's release uninstalled
