@@ -331,8 +331,20 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         def helm_upgrade(*extra):
             kube.helm("upgrade", "--install", r1.name, str(ROOT / "charts" / "gpu-inference"), "-n", r1.namespace,
                       "-f", str(values_file), "--force-conflicts", *extra)   # the HPA pin is kubectl's
+        def serve_new_pods():
+            """The new annotation rolls the pods: the servers' series follow them (the test
+            exporter is keyed by pod, as a real server's own /metrics is)."""
+            def rolled():
+                ps = fleetlib.workload_pods(kube, r1)
+                return ps if ps and all(p["status"].get("phase") == "Running" for p in ps) else None
+            ps = e2elib.wait("the upgraded pods Running", rolled, timeout=120)
+            with exporter.lock:
+                for p in ps:
+                    exporter.node_of[r1.namespace, p["metadata"]["name"]] = p["spec"]["nodeName"]
+                    exporter.series[r1.namespace, p["metadata"]["name"]] = dict(tf.SERVED["vllm_num_requests_waiting"][0])
         step("DR016", f"Release/{r1.namespace}/{r1.name}", "values drift",
-             lambda: helm_upgrade("--set", "podAnnotations.drift=yes"), lambda: helm_upgrade())
+             lambda: (helm_upgrade("--set", "podAnnotations.drift=yes"), serve_new_pods()),
+             lambda: (helm_upgrade(), serve_new_pods()))
         # 12. a fleet release not installed: the other workload's release uninstalled
         # (checked last: reinstalling re-pins)
         t = time.monotonic()
