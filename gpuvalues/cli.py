@@ -309,6 +309,17 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0 if report.fits else 1
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """`gpuvalues doctor`: the live cluster (or a dump) against the fleet; exit 1 on findings."""
+    from gpuvalues import pipeline
+    from gpuvalues.io import present
+
+    report = pipeline.doctor(args.spec, dump=args.dump, kubeconfig=args.kubeconfig, context=args.context,
+                             prometheus=args.prometheus, dump_to=args.dump_to)
+    emit(args, report.to_dict(), present.doctor_table)
+    return 0 if report.healthy else 1
+
+
 def _inventory_options(p: argparse.ArgumentParser) -> None:
     """The options that say where the inventory comes from (inventory, fit)."""
     p.add_argument("--inventory", metavar="FILE",
@@ -463,6 +474,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kube-version", help=f"Kubernetes version for --values (default {DEFAULT_KUBE_VERSION})")
     _inventory_options(p)
     p.set_defaults(func=cmd_fit)
+    p = sub.add_parser(
+        "doctor", help="explain a live GPU cluster against its fleet, link by link (read-only)",
+        description="Read the cluster (list/get only) or a dump folder and name every broken link between "
+                    "the spec's fleet and what runs: node agents, config labels, advertised resources, "
+                    "MIG state, adapter rules, APIService, series labels, DCGM fields, PDBs, quarantine, "
+                    "image and values drift (docs/doctor.md). Exit 0 healthy, 1 findings, 2 could not "
+                    "check, 3 a server down or slow.")
+    p.add_argument("spec", metavar="SPEC", help="the fleet's spec file")
+    p.add_argument("--dump", metavar="DIR", help="a folder of `kubectl get ... -o json` files (docs/doctor.md)")
+    p.add_argument("--kubeconfig", metavar="PATH", help="read a live cluster (read-only)")
+    p.add_argument("--context", help="kubeconfig context (live cluster)")
+    p.add_argument("--prometheus", metavar="URL", help="live: Prometheus to read the autoscalers' series from")
+    p.add_argument("--dump-to", metavar="DIR", help="live: also write what was read as a dump folder")
+    p.set_defaults(func=cmd_doctor)
+
     p = sub.add_parser("simulate", help="replay a load trace through the capacity model and the HPA")
     p.add_argument("trace", metavar="TRACE", help="CSV time_s,requests_per_s, or a built-in: diurnal, spike")
     p.add_argument("--replica-rps", type=float, required=True,

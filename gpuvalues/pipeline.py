@@ -28,12 +28,13 @@ from gpuvalues.io.files import write_all
 from gpuvalues.kube import supported_kube_minor
 
 if TYPE_CHECKING:
+    from gpuvalues.operations.doctor import Report
     from gpuvalues.planners.mig.milp.model import PlanPool
     from gpuvalues.planners.mig.replan import CurrentLayout, Replan
 
 __all__ = ["fleet_of", "plan_data", "rendered", "release_values_text", "combined_values",
            "write_values", "write_node_side", "install_commands", "values_targets", "rendered_data", "check", "fit_report",
-           "fit_values", "checked_values_file"]
+           "fit_values", "checked_values_file", "doctor"]
 
 Progress = Callable[[str], None]
 
@@ -573,3 +574,30 @@ def _mig_part(current: CurrentLayout, pools: list[PlanPool], held: Mapping[str, 
                          "left out of the re-plan")
         plan_pools.append(replace(pool, nodes=pool.nodes - gone))
     return CurrentLayout(tuple(out), source=current.source), notes, plan_pools
+
+
+def doctor(spec_path: str | Path, *, dump: str | Path | None = None, kubeconfig: str | None = None,
+           context: str | None = None, prometheus: str | None = None,
+           dump_to: str | Path | None = None) -> "Report":
+    """`gpuvalues doctor`: the fleet of `spec_path` against a cluster snapshot, read from a
+    dump folder (`dump`) or a live cluster (list only; `prometheus` for series), the live
+    read written as a dump to `dump_to`. Returns the `Report`; a spec whose fleet has errors
+    is `ValidationFailed` (doctor cannot say what the cluster should be)."""
+    from gpuvalues.errors import SpecError
+    from gpuvalues.io import files, snapshot
+    from gpuvalues.operations.doctor import diagnose
+
+    live = bool(kubeconfig or context)
+    if (dump is None) == (not live) or (dump is not None and (prometheus or dump_to)):
+        raise SpecError("give exactly one of --dump DIR or a live cluster (--kubeconfig/--context); "
+                        "--prometheus and --dump-to go with a live cluster", field="--dump", code="GV066")
+    fleet = fleet_of(spec_path)
+    if dump is not None:
+        snap = snapshot.load_dump(dump)
+    else:
+        snap, dumped = snapshot.live_snapshot(kubeconfig, context, prometheus)
+        if dump_to is not None:
+            out = Path(dump_to)
+            out.mkdir(parents=True, exist_ok=True)
+            files.write_all([(out / name, text) for name, text in sorted(dumped.items())])
+    return diagnose(fleet, snap)

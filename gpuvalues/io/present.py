@@ -265,3 +265,25 @@ def scale_to_zero_table(rows: Sequence[Mapping[str, Any]]) -> str:
     cols = ["cooldown_s", "gpu_hours_min1", "gpu_hours_zero", "gpu_hours_saved", "saved_pct", "cold_starts",
             "requests_waited", "waited_pct", "mean_wait_s", "max_wait_s"]
     return table(cols, [[r[c] for c in cols] for r in rows])
+
+
+def doctor_table(data: Mapping[str, Any]) -> str:
+    """The people's view of a doctor `Report.to_dict()`: one table per workload (its
+    replicas and its findings), then the platform's findings, then notes."""
+    out = []
+    by_workload: dict[str, list[Any]] = {}
+    for f in data["findings"]:
+        by_workload.setdefault(f["workload"], []).append(f)
+    for w in data["workloads"]:
+        out.append(f"workload {w['workload']} ({w['namespace']}): {w['running']}/{w['desired']} Running, "
+                   f"{w['pending']} Pending" + (f"; scaled by {w['autoscaler']}" if w["autoscaler"] else ""))
+        rows = [[f["code"], f["object"], f["message"], f["fix"]] for f in by_workload.pop(w["workload"], [])]
+        out.append(output.table(["code", "object", "broken link", "fix"], rows) if rows else "  healthy\n")
+    rest = [f for fs in by_workload.values() for f in fs]
+    if rest:
+        out.append("platform and nodes:")
+        out.append(output.table(["code", "object", "broken link", "fix"],
+                                [[f["code"], f["object"], f["message"], f["fix"]] for f in rest]))
+    out += [f"note: {n}\n" for n in data.get("notes", [])]
+    out.append("healthy: no finding\n" if data["healthy"] else f"{len(data['findings'])} finding(s)\n")
+    return "\n".join(x.rstrip("\n") for x in out) + "\n"

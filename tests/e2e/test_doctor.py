@@ -1,0 +1,368 @@
+"""`gpuvalues doctor` on the real control plane (issue 27): a fleet brought up from bare
+nodes through the node agents (test_day1's harness: kwok kubelets, the node-agent emulator
+tests/e2e/nodeagent.py running upstream's NFD, device plugin and GFD, the real
+prometheus-adapter and Prometheus), then each link broken in turn by the change a user or
+an operator makes, and repaired: doctor must name exactly that link (one finding code,
+on the object broken) and nothing else; the healthy fleet gives exit 0 and no finding.
+
+One cluster for the module; every break is undone before the next, and the healthy state
+is checked again between them (doctor exit 0), so each step starts from the same place.
+The runs use the real CLI. Also checked here:
+
+- dump mode equals live mode: `--dump-to DIR` on the live run, then `--dump DIR` gives the
+  same report (healthy and broken);
+- read-only: doctor runs with a ServiceAccount token bound to exactly docs/doctor.md's
+  ClusterRole (verbs get/list/watch only) and gets the same report as the admin's.
+
+Where a break stands in for a component that cannot run here, it says so: the remediation
+controller's quarantine is its taint put on by kubectl (the controller itself is
+test_remediation.py's), and the exported_pod case is a second real Prometheus scraping the
+same exporter with honor_labels false (what a ServiceMonitor with honorLabels false does).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from tests.e2e import day1lib, e2elib, fleetlib
+from tests.e2e.test_day1 import day1  # noqa: F401  (the fixture: bare nodes + node agents)
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLE = "time-slicing-renamed-and-not"
+SPEC = ROOT / "examples" / f"{EXAMPLE}.yaml"
+#: where to write the healthy and broken dumps for tests/unit/data/doctor (regenerating them)
+FIXTURE_OUT = os.environ.get("DOCTOR_FIXTURE_OUT")
+
+
+def _doctor(kubeconfig: Path, prometheus: str | None, *extra: str) -> tuple[int, dict]:
+    args = [str(day1lib.gpuvalues_bin()), "--output", "json", "doctor", str(SPEC), *extra]
+    if "--dump" not in extra:
+        args += ["--kubeconfig", str(kubeconfig)]
+        if prometheus:
+            args += ["--prometheus", prometheus]
+    res = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert res.returncode in (0, 1), f"doctor exit {res.returncode}: {res.stderr[-2000:]}"
+    return res.returncode, json.loads(res.stdout)
+
+
+def _codes(report: dict) -> list[tuple[str, str]]:
+    return sorted((f["code"], f["object"]) for f in report["findings"])
+
+
+def _read_only_kubeconfig(kube, tmp_path: Path) -> Path:
+    """A kubeconfig whose user is a ServiceAccount token bound to docs/doctor.md's ClusterRole only."""
+    text = (ROOT / "docs" / "doctor.md").read_text()
+    role = yaml.safe_load(re.search(r"<!-- doctor-clusterrole -->\n```yaml\n(.*?)```", text, re.S).group(1))
+    assert {v for r in role["rules"] for v in r["verbs"]} == {"get", "list", "watch"}, role
+    kube.kubectl("create", "namespace", "doctor")
+    kube.kubectl("create", "serviceaccount", "doctor", "-n", "doctor")
+    kube.kubectl("apply", "-f", "-", input=json.dumps(role))
+    kube.kubectl("create", "clusterrolebinding", "gpuvalues-doctor", "--clusterrole=gpuvalues-doctor",
+                 "--serviceaccount=doctor:doctor")
+    token = kube.kubectl("create", "token", "doctor", "-n", "doctor", "--duration=1h").stdout.strip()
+    admin = json.loads(Path(kube.cluster.kubeconfig).read_text())
+    admin["users"] = [{"name": "doctor", "user": {"token": token}}]
+    admin["contexts"] = [{"name": "e2e", "context": {"cluster": "e2e", "user": "doctor"}}]
+    path = tmp_path / "doctor-kubeconfig"
+    path.write_text(json.dumps(admin))
+    # the token really is read-only: a write is refused
+    res = subprocess.run([str(day1lib.TOOLS_BIN / "kubectl"), "--kubeconfig", str(path), "label", "node",
+                          day1lib.SYSTEM_NODE, "x=y"], capture_output=True, text=True)
+    assert res.returncode != 0 and "forbidden" in res.stderr.lower(), res
+    return path
+
+
+def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa: F811
+    import gpuvalues
+    from tests.e2e import test_fleet as tf
+
+    t0 = time.monotonic()
+    spec_doc = yaml.safe_load(SPEC.read_text())
+    fleet = gpuvalues.build_fleet(gpuvalues.load_spec(SPEC))
+    printed = day1lib.values(SPEC, tmp_path / "out", day1lib.gpuvalues_bin())
+    kube, agents, _hardware = day1(spec_doc)
+    kubeconfig = Path(kube.cluster.kubeconfig)
+    day1lib.run_printed(kube, printed, spec_doc, before_helm=lambda r, ns: day1lib.prerequisites(kube, r, ns, printed))
+    want = {r.workload: fleetlib.pin_to_max(kube, r) for r in fleet.workloads}
+
+    def all_running():
+        got = {r.workload: fleetlib.workload_pods(kube, r) for r in fleet.workloads}
+        return got if all(len(ps) == want[w] and all(p["status"].get("phase") == "Running" for p in ps)
+                          for w, ps in got.items()) else None
+    pods = e2elib.wait(f"{sum(want.values())} pods Running at maxReplicas", all_running, timeout=150)
+
+    # the metrics chain: the real adapter with the installed rules, a real Prometheus
+    # scraping the test exporter (the vLLM servers' series for every pod)
+    platform = fleet.platform
+    [cm] = [c for c in fleetlib.installed(kube, platform, "configmap")
+            if c["metadata"]["name"].endswith("-prometheus-adapter")]
+    [svc] = [s for s in fleetlib.installed(kube, platform, "service")
+             if s["metadata"]["name"].endswith("-prometheus-adapter")]
+    [api] = fleetlib.installed(kube, platform, "apiservice")
+    exporter = fleetlib.Exporter(agents.dcgm_nodes)
+    threading.Thread(target=exporter.serve_forever, daemon=True).start()
+    try:
+        with exporter.lock:
+            for r in fleet.workloads:
+                for pod in pods[r.workload]:
+                    exporter.node_of[r.namespace, pod["metadata"]["name"]] = pod["spec"]["nodeName"]
+                    exporter.series[r.namespace, pod["metadata"]["name"]] = dict(tf.SERVED["vllm_num_requests_waiting"][0])
+        prom = fleetlib.start_prometheus(kube.cluster, prometheus_bin, exporter, tmp_path).rstrip("/")
+        rules = tmp_path / "rules.yaml"
+
+        def start_adapter(rules_yaml: str, name: str) -> subprocess.Popen:
+            rules.write_text(rules_yaml)
+            port, proc = kube.cluster.start_adapter(rules, prom + "/", name=name)
+            kube.cluster.expose_host_service(platform.namespace, svc["metadata"]["name"], api["metadata"]["name"], port)
+            return proc
+        adapter = start_adapter(cm["data"]["config.yaml"], "prometheus-adapter")
+        ro_kubeconfig = _read_only_kubeconfig(kube, tmp_path)
+
+        def settle(what: str, expected: set[str], timeout: float = 90, prometheus: str | None = None,
+                   objects: set[str] | None = None) -> dict:
+            """Poll doctor until its finding codes are `expected` (on `objects`, when given):
+            the report then names only that link (and exit 1, or 0 when healthy)."""
+            last = {}
+
+            def check():
+                rc, rep = _doctor(kubeconfig, prometheus or prom)
+                last["rep"] = rep
+                ok = {f["code"] for f in rep["findings"]} == expected and rc == (1 if expected else 0)
+                return rep if ok and (objects is None or {f["object"] for f in rep["findings"]} == objects) else None
+            try:
+                return e2elib.wait(what, check, timeout=timeout, interval=1)
+            except AssertionError:
+                raise AssertionError(f"{what}: doctor found {_codes(last.get('rep') or {'findings': []})}; "
+                                     f"agent errors {agents.errors}") from None
+
+        # 0. healthy: exit 0, no finding; the dump gives the same report; the read-only token too
+        healthy = settle("a healthy fleet: no finding", set(), timeout=120)
+        assert healthy["workloads"] and all(w["running"] == w["desired"] == want[w["workload"]]
+                                            for w in healthy["workloads"]), healthy["workloads"]
+        assert not healthy["notes"], healthy["notes"]
+        dump = tmp_path / "dump-healthy"
+        rc, live = _doctor(kubeconfig, prom, "--dump-to", str(dump))
+        rc2, dumped = _doctor(kubeconfig, None, "--dump", str(dump))
+        assert (rc, live) == (rc2, dumped) == (0, healthy), (live, dumped)
+        rc3, read_only = _doctor(ro_kubeconfig, prom)
+        assert (rc3, read_only) == (0, healthy), read_only
+        if FIXTURE_OUT:
+            _save_fixture(dump, Path(FIXTURE_OUT) / "healthy")
+
+        nodes = sorted(n for n, o in kube.nodes().items()
+                       if o["metadata"]["labels"].get(day1lib.GROUP_LABEL) == "l4")
+        node = nodes[0]
+        ns = platform.namespace
+        broken = []
+
+        def step(code: str, obj: str | set[str], what: str, breaks, repairs, prometheus: str | None = None,
+                 timeout: float = 90):
+            """Break, see doctor name exactly `code` on `obj` (or those objects), repair, see it healthy."""
+            t = time.monotonic()
+            breaks()
+            want = {obj} if isinstance(obj, str) else obj
+            rep = settle(f"{what}: {code}", {code}, timeout=timeout, prometheus=prometheus, objects=want)
+            if code == "DR003":
+                # the dump of a broken cluster gives the same findings too
+                d = tmp_path / f"dump-{code}"
+                _doctor(kubeconfig, prometheus or prom, "--dump-to", str(d))
+                rc, dumped = _doctor(kubeconfig, None, "--dump", str(d))
+                assert rc == 1 and _codes(dumped) == _codes(rep), (_codes(dumped), _codes(rep))
+            repairs()
+            settle(f"{what}: repaired", set(), timeout=timeout)
+            broken.append((code, what, round(time.monotonic() - t, 1)))
+
+        # 1. GFD not running on a node: the node opts out of it (GPU Operator's label)
+        gfd_opt_out = "nvidia.com/gpu.deploy.gpu-feature-discovery"
+        step("DR002", f"Node/{node}", "GFD not running",
+             lambda: kube.kubectl("label", "node", node, f"{gfd_opt_out}=false"),
+             lambda: kube.kubectl("label", "node", node, f"{gfd_opt_out}-"))
+        # 2. a wrong device-plugin config label: the device plugin re-runs with that config
+        dp_label = "nvidia.com/device-plugin.config"
+        step("DR003", f"Node/{node}", "wrong device-plugin config label",
+             lambda: kube.kubectl("label", "node", node, "--overwrite", f"{dp_label}=ts-4-unrenamed"),
+             lambda: kube.kubectl("label", "node", node, "--overwrite", f"{dp_label}=ts-4"))
+        # 3. resource name mismatch: the device-plugin ConfigMap's ts-4 loses renameByDefault
+        # (an edit outside helm); the plugin on the node restarts and advertises nvidia.com/gpu
+        [dp_cm] = [c for c in fleetlib.installed(kube, platform, "configmap")
+                   if c["metadata"]["name"].endswith("-device-plugin-configs")]
+        original = dict(dp_cm["data"])
+
+        def dp_pod_restart():
+            for p in kube.pods(ns, "app.kubernetes.io/name=gpu-inference-device-plugin"):
+                if p["spec"].get("nodeName") == node:
+                    kube.kubectl("delete", "pod", "-n", ns, p["metadata"]["name"], "--wait=false")
+
+        def set_dp_config(data):
+            kube.kubectl("patch", "configmap", "-n", ns, dp_cm["metadata"]["name"], "--type=merge",
+                         "-p", json.dumps({"data": data}))
+            dp_pod_restart()
+        unrenamed = {k: v.replace("renameByDefault: true", "renameByDefault: false") for k, v in original.items()}
+        assert unrenamed != original, original
+        # the nodes whose group selects ts-4 re-read it (the emulator's config-manager, as
+        # upstream, or the restarted pod): doctor must name exactly the nodes that then
+        # advertise nvidia.com/gpu where gpu.shared belongs, as the API server shows them
+        t = time.monotonic()
+        set_dp_config(unrenamed)
+        rep = settle("resource name mismatch: DR006", {"DR006"}, timeout=120)
+        live = kube.nodes()
+        lacking = {f"Node/{n}" for n in nodes if not int(live[n]["status"]["allocatable"].get("nvidia.com/gpu.shared", 0))}
+        assert lacking and {f["object"] for f in rep["findings"]} == lacking, (_codes(rep), lacking)
+        d = tmp_path / "dump-DR006"
+        _doctor(kubeconfig, prom, "--dump-to", str(d))
+        rc, dumped = _doctor(kubeconfig, None, "--dump", str(d))
+        assert rc == 1 and {c for c, _ in _codes(dumped)} == {"DR006"}, _codes(dumped)
+        set_dp_config(original)
+        settle("resource name mismatch: repaired", set(), timeout=120)
+        broken.append(("DR006", "resource name mismatch", round(time.monotonic() - t, 1)))
+        # 4. an adapter rule missing: the adapter's ConfigMap without the vLLM rule, the
+        # adapter restarted on it (as its pod would)
+        adapter_cm = cm["metadata"]["name"]
+        rules_doc = yaml.safe_load(cm["data"]["config.yaml"])
+        # another metric's rule stays, so the adapter still serves the API group (with no
+        # rule at all prometheus-adapter serves none: the APIService would fail too)
+        kept = [x for x in rules_doc["rules"] if x["name"]["as"] != "vllm_num_requests_waiting"]
+        other_rule = json.loads(json.dumps(rules_doc["rules"][0]).replace("num_requests_waiting", "num_requests_running"))
+        without = yaml.safe_dump({**rules_doc, "rules": kept + [other_rule]})
+        assert without != cm["data"]["config.yaml"]
+        hpa_objs = {f"HorizontalPodAutoscaler/{r.namespace}/{h['metadata']['name']}"
+                    for r in fleet.workloads for h in fleetlib.installed(kube, r, "hpa")}
+        assert len(hpa_objs) == len(fleet.workloads), hpa_objs
+
+        def set_rules(text):
+            nonlocal adapter
+            kube.kubectl("patch", "configmap", "-n", ns, adapter_cm, "--type=merge",
+                         "-p", json.dumps({"data": {"config.yaml": text}}))
+            kube.cluster.terminate(adapter)
+            restarts.append(text)
+            adapter = start_adapter(text, f"prometheus-adapter-{len(restarts)}")
+            # the restarted adapter is the APIService's backend again once the aggregator's
+            # availability check passes (the link under test is the rule, not this restart)
+            e2elib.wait("the custom metrics APIService Available after the adapter restart", lambda: any(
+                c["type"] == "Available" and c["status"] == "True"
+                for c in kube.json("get", "apiservice", api["metadata"]["name"]).get("status", {}).get("conditions", [])),
+                timeout=180, interval=1)
+        restarts: list[str] = []
+        t = time.monotonic()
+        set_rules(without)
+        rep = settle("adapter rule missing: DR009", {"DR009"}, timeout=150)
+        assert {f["object"] for f in rep["findings"]} == hpa_objs, _codes(rep)
+        set_rules(cm["data"]["config.yaml"])
+        settle("adapter rule restored", set(), timeout=150)
+        broken.append(("DR009", "adapter rule missing", round(time.monotonic() - t, 1)))
+        # 5. the APIService unavailable: pointed at a port nothing serves
+        apiservice = api["metadata"]["name"]
+        current_port = kube.json("get", "apiservice", apiservice)["spec"]["service"]["port"]
+        step("DR008", "APIService/v1beta1.custom.metrics.k8s.io", "APIService unavailable",
+             lambda: kube.kubectl("patch", "apiservice", apiservice, "--type=merge", "-p",
+                                  json.dumps({"spec": {"service": {"port": 1}}})),
+             lambda: kube.kubectl("patch", "apiservice", apiservice, "--type=merge", "-p",
+                                  json.dumps({"spec": {"service": {"port": current_port}}})), timeout=180)
+        # 6. exported_pod labels: a Prometheus whose scrape does not honour the exporter's
+        # labels while the target has its own pod/namespace (a ServiceMonitor's target
+        # labels, honorLabels false): the series' pod becomes exported_pod
+        (tmp_path / "p2").mkdir()
+        _, prom2 = e2elib.start_prometheus(kube.cluster, prometheus_bin, tmp_path / "p2", "fleet", exporter.port,
+                                           honor_labels=False, name="prometheus-exported",
+                                           labels={"namespace": ns, "pod": "scrape-target-0"})
+        t = time.monotonic()
+        rep = settle("series labelled exported_pod: DR011", {"DR011"}, prometheus=prom2)
+        assert {f["object"] for f in rep["findings"]} == hpa_objs, _codes(rep)
+        broken.append(("DR011", "exported_pod labels", round(time.monotonic() - t, 1)))
+        # 7. the series absent: a Prometheus that scrapes an exporter serving none of the
+        # servers' series (a ServiceMonitor that selects no server Service)
+        other = fleetlib.Exporter()
+        threading.Thread(target=other.serve_forever, daemon=True).start()
+        try:
+            (tmp_path / "p3").mkdir()
+            _, prom3 = e2elib.start_prometheus(kube.cluster, prometheus_bin, tmp_path / "p3", "fleet", other.port,
+                                               name="prometheus-other")
+            t = time.monotonic()
+            rep = settle("series absent: DR010", {"DR010"}, prometheus=prom3)
+            assert {f["object"] for f in rep["findings"]} == hpa_objs, _codes(rep)
+            broken.append(("DR010", "series absent", round(time.monotonic() - t, 1)))
+        finally:
+            other.shutdown()
+            other.server_close()
+        # 8. a PDB that blocks drains (edited outside helm)
+        r0 = fleet.workloads[0]
+        [pdb] = fleetlib.installed(kube, r0, "pdb")
+        pdb_spec = pdb["spec"]
+        step("DR013", f"PodDisruptionBudget/{r0.namespace}/{pdb['metadata']['name']}", "PDB blocking a drain",
+             lambda: kube.kubectl("patch", "pdb", "-n", r0.namespace, pdb["metadata"]["name"], "--type=json", "-p",
+                                  json.dumps([{"op": "replace", "path": "/spec",
+                                               "value": {"selector": pdb_spec["selector"], "maxUnavailable": 0}}])),
+             lambda: kube.kubectl("patch", "pdb", "-n", r0.namespace, pdb["metadata"]["name"], "--type=json", "-p",
+                                  json.dumps([{"op": "replace", "path": "/spec", "value": pdb_spec}])))
+        # 9. a quarantined node: the remediation controller's taint (put on by kubectl here)
+        step("DR014", f"Node/{node}", "quarantined node",
+             lambda: kube.kubectl("taint", "node", node, "remediation.gpu-inference.io/gpu-unhealthy=true:NoSchedule"),
+             lambda: kube.kubectl("taint", "node", node, "remediation.gpu-inference.io/gpu-unhealthy-"))
+        # 10. image drift: the DCGM exporter's image changed outside helm
+        [dcgm] = [d for d in fleetlib.installed(kube, platform, "daemonset")
+                  if d["metadata"]["name"].endswith("-dcgm-exporter")]
+        container = dcgm["spec"]["template"]["spec"]["containers"][0]
+
+        def set_image(image):
+            kube.kubectl("set", "image", "daemonset", "-n", ns, dcgm["metadata"]["name"], f"{container['name']}={image}")
+        drift_image = container["image"].rsplit(":", 1)[0] + ":0.0.1-drift"
+        t = time.monotonic()
+        set_image(drift_image)
+        rep = settle("image drift: DR015", {"DR015"}, timeout=120)
+        dcgm_obj = {f["object"] for f in rep["findings"]}
+        assert dcgm_obj and all(o.startswith(f"Pod/{ns}/{dcgm['metadata']['name']}-") for o in dcgm_obj), dcgm_obj
+        set_image(container["image"])
+        settle("image restored", set(), timeout=120)
+        broken.append(("DR015", "image drift", round(time.monotonic() - t, 1)))
+        # 11. values drift: a workload release upgraded with a value the fleet does not have
+        r1 = fleet.workloads[-1]
+        values_file = printed.out / f"{r1.name}.values.yaml"
+
+        def helm_upgrade(*extra):
+            kube.helm("upgrade", "--install", r1.name, str(ROOT / "charts" / "gpu-inference"), "-n", r1.namespace,
+                      "-f", str(values_file), "--force-conflicts", *extra)   # the HPA pin is kubectl's
+        def serve_new_pods():
+            """The new annotation rolls the pods: the servers' series follow them (the test
+            exporter is keyed by pod, as a real server's own /metrics is)."""
+            def rolled():
+                ps = fleetlib.workload_pods(kube, r1)
+                return ps if ps and all(p["status"].get("phase") == "Running" for p in ps) else None
+            ps = e2elib.wait("the upgraded pods Running", rolled, timeout=120)
+            with exporter.lock:
+                for p in ps:
+                    exporter.node_of[r1.namespace, p["metadata"]["name"]] = p["spec"]["nodeName"]
+                    exporter.series[r1.namespace, p["metadata"]["name"]] = dict(tf.SERVED["vllm_num_requests_waiting"][0])
+        step("DR016", f"Release/{r1.namespace}/{r1.name}", "values drift",
+             lambda: (helm_upgrade("--set", "podAnnotations.drift=yes"), serve_new_pods()),
+             lambda: (helm_upgrade(), serve_new_pods()))
+        # 12. a fleet release not installed: the other workload's release uninstalled
+        # (checked last: reinstalling re-pins)
+        t = time.monotonic()
+        kube.helm("uninstall", r0.name, "-n", r0.namespace)
+        rep = settle("a release uninstalled: DR001", {"DR001"})
+        assert _codes(rep) == [("DR001", f"Release/{r0.namespace}/{r0.name}")], _codes(rep)
+        broken.append(("DR001", "release missing", round(time.monotonic() - t, 1)))
+        print(f"\ndoctor e2e: {len(broken)} links broken and named in {time.monotonic() - t0:.1f} s: {broken}")
+        assert len({c for c, _, _ in broken}) == 12, broken
+        assert not agents.errors, agents.errors
+    finally:
+        exporter.shutdown()
+        exporter.server_close()
+
+
+def _save_fixture(dump: Path, out: Path) -> None:
+    """The dump as the unit tests' fixture (tests/unit/data/doctor), pretty but compact:
+    managed fields are already dropped by --dump-to."""
+    out.mkdir(parents=True, exist_ok=True)
+    for f in dump.iterdir():
+        (out / f.name).write_text(f.read_text())

@@ -1,0 +1,405 @@
+"""`gpuvalues doctor` on dumps (issue 27): the library's checks, the dump reader, the CLI.
+
+The fixture `tests/unit/data/doctor/healthy/` is not hand-written: it is what `gpuvalues
+doctor --dump-to` wrote from the e2e cluster of tests/e2e/test_doctor.py (the
+time-slicing-renamed-and-not fleet brought up from bare nodes through the node agents, the
+real adapter and Prometheus), regenerated with `DOCTOR_FIXTURE_OUT=tests/unit/data/doctor
+pytest tests/e2e/test_doctor.py`. Each test below starts from it and makes one change the
+way the cluster would show it (a label mig-manager writes, a ConfigMap edited, a series
+gone), then holds doctor to naming exactly that link. The e2e test breaks the links on the
+real control plane; these cover the ones it cannot break there (no MIG or DCGM metric in
+that fleet, no KEDA) and the reader's refusals.
+"""
+from __future__ import annotations
+
+import base64
+import copy
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuvalues.errors import CODES as GV_CODES
+from gpuvalues.operations import doctor
+from gpuvalues.operations.doctor import CODES, Snapshot, diagnose
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.unit
+
+FIXTURE = Path(__file__).parent / "data" / "doctor" / "healthy"
+SPEC = ROOT / "examples" / "time-slicing-renamed-and-not.yaml"
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    import gpuvalues
+    return gpuvalues.build_fleet(gpuvalues.load_spec(SPEC))
+
+
+@pytest.fixture(scope="module")
+def healthy_objects() -> list[dict]:
+    return json.loads((FIXTURE / "cluster.json").read_text())["items"]
+
+
+@pytest.fixture(scope="module")
+def healthy_series() -> dict:
+    return json.loads((FIXTURE / "prometheus-series.json").read_text())
+
+
+def snap(objects, series) -> Snapshot:
+    from gpuvalues.io.snapshot import _check_series, snapshot_from_objects
+    return snapshot_from_objects(objects, _check_series(series, "s") if series is not None else None, "t")
+
+
+def codes(report) -> set[tuple[str, str]]:
+    return {(f.code, f.object) for f in report.findings}
+
+
+def _one(objects, kind, pred=lambda o: True):
+    found = [o for o in objects if o["kind"] == kind and pred(o)]
+    assert found, kind
+    return found[0]
+
+
+def _l4_node(objects):
+    return _one(objects, "Node", lambda o: o["metadata"].get("labels", {}).get("gpu-inference.io/node-group") == "l4")
+
+
+def test_the_healthy_fixture_is_healthy(fleet, healthy_objects, healthy_series):
+    report = diagnose(fleet, snap(healthy_objects, healthy_series))
+    assert report.findings == () and report.notes == ()
+    assert {w.workload: (w.running, w.pending) for w in report.workloads} == {
+        w.workload: (w.desired, 0) for w in report.workloads}
+    assert all(w.desired >= 2 for w in report.workloads)
+
+
+def test_the_fixture_is_a_real_cluster(healthy_objects):
+    """Guard against a hand-made fixture: nodes labelled by the real NFD and GFD (through
+    the emulator), pods bound by the real scheduler, Helm's own release records."""
+    kinds = {o["kind"] for o in healthy_objects}
+    assert {"Node", "Pod", "DaemonSet", "ConfigMap", "HorizontalPodAutoscaler", "APIService", "Secret",
+            "PodDisruptionBudget", "Event"} <= kinds
+    node = _l4_node(healthy_objects)
+    assert node["metadata"]["labels"]["feature.node.kubernetes.io/pci-10de.present"] == "true"
+    assert node["metadata"]["labels"]["nvidia.com/gpu.product"].startswith("NVIDIA-L4")
+    assert any(o["kind"] == "Pod" and o["status"].get("phase") == "Running" and o["spec"].get("nodeName")
+               for o in healthy_objects)
+
+
+# -- one link broken at a time ------------------------------------------------------------------
+def _mig_fleet():
+    import gpuvalues
+    return gpuvalues.build_fleet(gpuvalues.load_spec(ROOT / "examples" / "mig-and-tp-one-pool.yaml"))
+
+
+def test_each_broken_link_is_named_alone(fleet, healthy_objects, healthy_series):
+    """Every change below is one link; doctor names it, and nothing else."""
+    def broken(change):
+        objs = copy.deepcopy(healthy_objects)
+        series = copy.deepcopy(healthy_series)
+        series = change(objs, series) or series
+        return codes(diagnose(fleet, snap(objs, series)))
+
+    node = _l4_node(healthy_objects)["metadata"]["name"]
+
+    def wrong_label(objs, series):
+        _l4_node(objs)["metadata"]["labels"]["nvidia.com/device-plugin.config"] = "ts-4-unrenamed"
+    assert broken(wrong_label) == {("DR003", f"Node/{node}")}
+
+    def not_advertised(objs, series):
+        n = _l4_node(objs)["status"]
+        n["allocatable"].pop("nvidia.com/gpu.shared")
+        n["allocatable"]["nvidia.com/gpu"] = "4"
+    assert broken(not_advertised) == {("DR006", f"Node/{node}")}
+
+    def gfd_stopped(objs, series):
+        for o in list(objs):
+            if o["kind"] == "Pod" and o["metadata"].get("labels", {}).get("app.kubernetes.io/name") == \
+                    "gpu-inference-gpu-feature-discovery" and o["spec"].get("nodeName") == node:
+                objs.remove(o)
+    assert broken(gfd_stopped) == {("DR002", f"Node/{node}")}
+
+    def quarantined(objs, series):
+        _l4_node(objs)["spec"].setdefault("taints", []).append(
+            {"key": "remediation.gpu-inference.io/gpu-unhealthy", "value": "true", "effect": "NoSchedule"})
+    assert broken(quarantined) == {("DR014", f"Node/{node}")}
+
+    def no_series(objs, series):
+        return {k: {"status": "success", "data": []} for k in series}
+    hpas = {f"HorizontalPodAutoscaler/{o['metadata']['namespace']}/{o['metadata']['name']}"
+            for o in healthy_objects if o["kind"] == "HorizontalPodAutoscaler"}
+    assert len(hpas) == len(fleet.workloads)
+    assert broken(no_series) == {("DR010", h) for h in hpas}
+
+    def exported(objs, series):
+        return {k: {"status": "success", "data": [
+            {("exported_pod" if lk == "pod" else lk): lv for lk, lv in s.items()} for s in v["data"]]}
+            for k, v in series.items()}
+    assert broken(exported) == {("DR011", h) for h in hpas}
+
+    def apiservice_down(objs, series):
+        api = _one(objs, "APIService", lambda o: o["metadata"]["name"] == doctor.CUSTOM_METRICS_APISERVICE)
+        for c in api["status"]["conditions"]:
+            if c["type"] == "Available":
+                c.update(status="False", reason="FailedDiscoveryCheck", message="no response")
+    assert broken(apiservice_down) == {("DR008", f"APIService/{doctor.CUSTOM_METRICS_APISERVICE}")}
+
+    def apiservice_gone(objs, series):
+        objs.remove(_one(objs, "APIService", lambda o: o["metadata"]["name"] == doctor.CUSTOM_METRICS_APISERVICE))
+    assert broken(apiservice_gone) == {("DR008", f"APIService/{doctor.CUSTOM_METRICS_APISERVICE}")}
+
+    def rule_gone(objs, series):
+        cm = _one(objs, "ConfigMap", lambda o: o["metadata"].get("labels", {}).get("app.kubernetes.io/name")
+                  == "gpu-inference-prometheus-adapter")
+        cm["data"]["config.yaml"] = yaml.safe_dump({"rules": []})
+    assert broken(rule_gone) == {("DR009", h) for h in hpas}
+
+    def pdb_blocks(objs, series):
+        pdb = _one(objs, "PodDisruptionBudget")
+        pdb["status"]["disruptionsAllowed"] = 0
+        return None
+    pdb = _one(healthy_objects, "PodDisruptionBudget")
+    assert broken(pdb_blocks) == {("DR013", f"PodDisruptionBudget/{pdb['metadata']['namespace']}/"
+                                             f"{pdb['metadata']['name']}")}
+
+    def image_drift(objs, series):
+        pod = _one(objs, "Pod", lambda o: o["metadata"].get("labels", {}).get("app.kubernetes.io/name")
+                   == "gpu-inference-dcgm-exporter")
+        pod["spec"]["containers"][0]["image"] += "-drift"
+        return None
+    pod = _one(healthy_objects, "Pod", lambda o: o["metadata"].get("labels", {}).get("app.kubernetes.io/name")
+               == "gpu-inference-dcgm-exporter")
+    assert broken(image_drift) == {("DR015", f"Pod/{pod['metadata']['namespace']}/{pod['metadata']['name']}")}
+
+    def values_drift(objs, series):
+        secret = _newest_release(objs, fleet.workloads[0].name)
+        _rewrite_release(secret, lambda rel: rel["config"].setdefault("podAnnotations", {}).update(x="y"))
+    r0 = fleet.workloads[0]
+    assert broken(values_drift) == {("DR016", f"Release/{r0.namespace}/{r0.name}")}
+
+    def uninstalled(objs, series):
+        for o in list(objs):
+            if o["kind"] == "Secret" and o["metadata"].get("labels", {}).get("name") == r0.name:
+                objs.remove(o)
+    assert broken(uninstalled) == {("DR001", f"Release/{r0.namespace}/{r0.name}")}
+
+    def pending_for_capacity(objs, series):
+        """One more replica than the pool holds: Pending with the scheduler's message, no
+        node-side cause: DR007."""
+        pod = copy.deepcopy(_one(objs, "Pod", lambda o: o["metadata"].get("labels", {}).get("app.kubernetes.io/instance")
+                                 == r0.name and o["status"].get("phase") == "Running"))
+        pod["metadata"]["name"] += "-extra"
+        pod["spec"].pop("nodeName")
+        pod["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                         "reason": "Unschedulable", "message": "0/4 nodes are available: 3 Insufficient "
+                         "nvidia.com/gpu.shared."}]}
+        objs.append(pod)
+    got = broken(pending_for_capacity)
+    assert {c for c, _ in got} == {"DR007"}, got
+
+
+def _newest_release(objs, name):
+    secrets = [o for o in objs if o["kind"] == "Secret" and o["metadata"].get("labels", {}).get("name") == name
+               and o["metadata"].get("labels", {}).get("status") == "deployed"]
+    return max(secrets, key=lambda o: int(o["metadata"]["labels"]["version"]))
+
+
+def _rewrite_release(secret, change):
+    raw = gzip.decompress(base64.b64decode(base64.b64decode(secret["data"]["release"])))
+    rel = json.loads(raw)
+    change(rel)
+    secret["data"]["release"] = base64.b64encode(base64.b64encode(gzip.compress(json.dumps(rel).encode()))).decode()
+
+
+def test_pending_behind_a_node_side_cause_is_not_reported_twice(fleet, healthy_objects, healthy_series):
+    """A Pending pod on a pool whose node lacks GFD is the GFD finding, not also DR007."""
+    objs = copy.deepcopy(healthy_objects)
+    node = _l4_node(objs)
+    node["metadata"]["labels"]["nvidia.com/device-plugin.config"] = "ts-4-unrenamed"
+    pod = copy.deepcopy(_one(objs, "Pod", lambda o: "nvidia.com/gpu.shared" in json.dumps(o["spec"])))
+    pod["metadata"]["name"] += "-p"
+    pod["spec"].pop("nodeName")
+    pod["status"] = {"phase": "Pending"}
+    objs.append(pod)
+    assert {f.code for f in diagnose(fleet, snap(objs, healthy_series)).findings} == {"DR003"}
+
+
+def test_mig_manager_failed_and_mig_label_drift():
+    """The MIG links, on a MIG fleet's nodes as `expected_nodes` makes them (the fixture's
+    fleet has no MIG): mig-manager's failed state is DR004, a node relabelled to another
+    mig-parted config DR005; with the release records and agents absent, only those links
+    and the missing releases are named."""
+    import gpuvalues
+    fleet = _mig_fleet()
+    inv = gpuvalues.expected_nodes(fleet)
+    from gpuvalues.fleet.spec import GROUP_LABEL
+    nodes = []
+    for g in fleet.layout.node_groups:
+        for n in inv.nodes:
+            if n.name.startswith(g.name + "-"):
+                obj = n.to_k8s_node()
+                obj["metadata"]["labels"].update({**fleet.spec.pool(g.pool).selector, GROUP_LABEL: g.name})
+                if g.mig_devices is not None:
+                    obj["metadata"]["labels"]["nvidia.com/mig.config.state"] = "success"
+                nodes.append((g, obj))
+    mig = [(g, o) for g, o in nodes if g.mig_devices is not None]
+    assert mig
+    g, obj = mig[0]
+    obj["metadata"]["labels"]["nvidia.com/mig.config.state"] = "failed"
+    g2, obj2 = mig[-1] if len(mig) > 1 else mig[0]
+    report = diagnose(fleet, Snapshot(nodes=tuple(o for _, o in nodes)))
+    got = {(f.code, f.object) for f in report.findings if f.code not in ("DR001", "DR002")}
+    assert got == {("DR004", f"Node/{obj['metadata']['name']}")}
+    obj2["metadata"]["labels"]["nvidia.com/mig.config"] = "another-config"
+    report = diagnose(fleet, Snapshot(nodes=tuple(o for _, o in nodes)))
+    got = {(f.code, f.object) for f in report.findings if f.code not in ("DR001", "DR002")}
+    assert ("DR005", f"Node/{obj2['metadata']['name']}") in got
+
+
+def test_dcgm_field_not_collected(fleet, healthy_objects, healthy_series):
+    """A DCGM metric an HPA reads whose field the exporter's counters.csv lacks: DR012
+    (the fixture's HPAs read vLLM's series; one is pointed at a DCGM rule here)."""
+    objs = copy.deepcopy(healthy_objects)
+    cm = _one(objs, "ConfigMap", lambda o: o["metadata"].get("labels", {}).get("app.kubernetes.io/name")
+              == "gpu-inference-prometheus-adapter")
+    rules = yaml.safe_load(cm["data"]["config.yaml"])
+    rules["rules"].append({"seriesQuery": '{__name__="DCGM_FI_PROF_SM_OCCUPANCY",exported_namespace!="",exported_pod!=""}',
+                           "resources": {"overrides": {"exported_namespace": {"resource": "namespace"},
+                                                       "exported_pod": {"resource": "pod"}}},
+                           "name": {"matches": "^DCGM_FI_PROF_SM_OCCUPANCY$", "as": "DCGM_FI_PROF_SM_OCCUPANCY"},
+                           "metricsQuery": "avg(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)"})
+    cm["data"]["config.yaml"] = yaml.safe_dump(rules)
+    hpa = _one(objs, "HorizontalPodAutoscaler")
+    hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] = "DCGM_FI_PROF_SM_OCCUPANCY"
+    counters = _one(objs, "ConfigMap", lambda o: o["metadata"].get("labels", {}).get("app.kubernetes.io/name")
+                    == "gpu-inference-dcgm-exporter")
+    assert "DCGM_FI_PROF_SM_OCCUPANCY" not in counters["data"]["counters.csv"]
+    got = {f.code for f in diagnose(fleet, snap(objs, healthy_series)).findings}
+    assert "DR012" in got and got <= {"DR012", "DR016"}, got
+    counters["data"]["counters.csv"] += "DCGM_FI_PROF_SM_OCCUPANCY, gauge, SM occupancy.\n"
+    got = {f.code for f in diagnose(fleet, snap(objs, healthy_series)).findings}
+    assert "DR012" not in got       # negative control: collected, so served from DCGM
+
+
+def test_a_scaledobject_not_ready(fleet, healthy_objects):
+    objs = copy.deepcopy(healthy_objects)
+    r0 = fleet.workloads[0]
+    objs.append({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+                 "metadata": {"name": r0.name, "namespace": r0.namespace,
+                              "labels": {"app.kubernetes.io/instance": r0.name}},
+                 "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "ScaledObjectCheckFailed",
+                                            "message": "no triggers"}]}})
+    got = {(f.code, f.object) for f in diagnose(fleet, snap(objs, None)).findings}
+    assert got == {("DR017", f"ScaledObject/{r0.namespace}/{r0.name}")}
+
+
+def test_without_series_the_report_says_what_it_did_not_check(fleet, healthy_objects):
+    report = diagnose(fleet, snap(healthy_objects, None))
+    assert report.findings == () and any("Prometheus" in n for n in report.notes)
+
+
+# -- the reader, the CLI, the tables -----------------------------------------------------------
+class _Res:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@pytest.fixture
+def _cli(capsys):
+    """The CLI in-process (unit tests start no process): exit code, stdout, stderr."""
+    from gpuvalues import cli
+
+    def run(*args):
+        capsys.readouterr()
+        code = cli.main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return _Res(code, out, err)
+    return run
+
+
+def test_cli_dump_mode_exit_codes(tmp_path, healthy_objects, _cli):
+    res = _cli("doctor", str(SPEC), "--dump", str(FIXTURE))
+    assert res.returncode == 0 and "healthy: no finding" in res.stdout, res.stderr
+    bad = tmp_path / "broken"
+    bad.mkdir()
+    objs = copy.deepcopy(healthy_objects)
+    _l4_node(objs)["metadata"]["labels"]["nvidia.com/device-plugin.config"] = "ts-4-unrenamed"
+    (bad / "cluster.json").write_text(json.dumps({"kind": "List", "items": objs}))
+    res = _cli("--output", "json", "doctor", str(SPEC), "--dump", str(bad))
+    assert res.returncode == 1, res.stderr
+    data = json.loads(res.stdout)
+    assert [f["code"] for f in data["findings"]] == ["DR003"] and data["findings"][0]["link"] == CODES["DR003"][0]
+
+
+@pytest.mark.parametrize("name,text,code", [
+    ("cluster.json", "{not json", "GV065"),
+    ("cluster.json", '{"items": 3}', "GV065"),
+    ("prometheus-series.json", '{"m": {"data": 3}}', "GV067"),
+    ("cluster.json", json.dumps({"kind": "Secret", "type": "helm.sh/release.v1", "metadata": {"name": "x"},
+                                 "data": {"release": "bm90IGd6aXA="}}), "GV068"),
+])
+def test_a_bad_dump_is_one_line_exit_2(tmp_path, name, text, code, _cli):
+    (tmp_path / name).write_text(text)
+    if name != "cluster.json":
+        (tmp_path / "cluster.json").write_text('{"kind": "List", "items": []}')
+    res = _cli("doctor", str(SPEC), "--dump", str(tmp_path))
+    assert res.returncode == 2 and res.stdout == "", (res.returncode, res.stdout)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(f"[{code}]") and str(tmp_path) in lines[0], lines
+
+
+def test_options_are_checked(tmp_path, _cli):
+    for args in ([], ["--dump", str(FIXTURE), "--kubeconfig", "k"], ["--dump", str(tmp_path / "none")],
+                 ["--dump", str(FIXTURE), "--prometheus", "http://x"]):
+        res = _cli("doctor", str(SPEC), *args)
+        assert res.returncode == 2 and "GV066" in res.stderr, (args, res.stderr)
+
+
+def test_codes_are_documented_in_one_table():
+    """CODES is the one table: docs/doctor.md and README list it row for row; the GV codes
+    doctor raises are registered."""
+    rows = [f"| {c} | {t} | {h} |" for c, (t, h) in CODES.items()]
+    for path in (ROOT / "docs" / "doctor.md", ROOT / "README.md"):
+        text = path.read_text()
+        block = text.split("<!-- doctor-codes -->", 1)[1].split("<!-- /doctor-codes -->", 1)[0]
+        assert [ln for ln in block.splitlines() if ln.startswith("| DR")] == rows, path
+    assert list(CODES) == [f"DR{i:03d}" for i in range(1, len(CODES) + 1)]
+    src = (ROOT / "gpuvalues" / "io" / "snapshot.py").read_text() + (ROOT / "gpuvalues" / "operations" / "doctor.py").read_text()
+    used = set(re.findall(r'"(GV\d{3})"', src))
+    assert used <= set(GV_CODES) and {"GV065", "GV066", "GV067", "GV068"} <= used | {"GV066"}
+    used_dr = set(re.findall(r'"(DR\d{3})"', (ROOT / "gpuvalues" / "operations" / "doctor.py").read_text()))
+    assert used_dr == set(CODES), set(CODES) - used_dr
+
+
+def test_the_live_reader_only_reads_and_the_role_covers_it():
+    """Read-only by construction: every live call is a GET of a collection, and the docs'
+    ClusterRole (get/list/watch only) names every resource read. The e2e test runs doctor
+    with a token bound to exactly that role."""
+    import kubernetes.client as k
+
+    from gpuvalues.io import snapshot
+    for _kind, _group, _resource, cls, method, _extra in snapshot.LIVE_LISTS:
+        assert method.startswith("list_") and callable(getattr(getattr(k, cls), method)), method
+    src = (ROOT / "gpuvalues" / "io" / "snapshot.py").read_text()
+    # the only client calls are the table's (getattr(...)(api), method)) and Prometheus GETs
+    assert not re.search(r"\b(create|patch|replace|delete|connect)_[a-z_]+", src)
+    assert "urlopen(u, timeout" in src and "data=" not in src.split("def query_series", 1)[1].split("def ", 1)[0]
+    text = (ROOT / "docs" / "doctor.md").read_text()
+    role = yaml.safe_load(re.search(r"<!-- doctor-clusterrole -->\n```yaml\n(.*?)```", text, re.S).group(1))
+    assert {v for r in role["rules"] for v in r["verbs"]} == {"get", "list", "watch"}
+    granted = {(g, res) for r in role["rules"] for g in r["apiGroups"] for res in r["resources"]}
+    assert granted == {(g, res) for _k, g, res, _c, _m, _e in snapshot.LIVE_LISTS}
+
+
+def test_table_output_groups_findings_by_workload(fleet, healthy_objects, healthy_series):
+    from gpuvalues.io.present import doctor_table
+    objs = copy.deepcopy(healthy_objects)
+    pdb = _one(objs, "PodDisruptionBudget")
+    pdb["status"]["disruptionsAllowed"] = 0
+    text = doctor_table(diagnose(fleet, snap(objs, healthy_series)).to_dict())
+    owner = pdb["metadata"]["labels"]["app.kubernetes.io/instance"]
+    section = text.split(f"workload {owner} ", 1)[1].split("\nworkload ", 1)[0]
+    assert "DR013" in section and "1 finding(s)" in text
