@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpuvalues.planners.fit import fit  # noqa: E402
-from gpuvalues.planners.inventory import Inventory, Node, Taint  # noqa: E402
+from gpuvalues.planners.scheduling.fit import fit  # noqa: E402
+from gpuvalues.planners.scheduling.inventory import Inventory, Node, Taint  # noqa: E402
 
 TARGET_S = 5.0
 GPU = "nvidia.com/gpu"

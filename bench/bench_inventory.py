@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_fit import cluster  # noqa: E402
 
 from benchlib import timed  # noqa: E402
-from gpuvalues import yamlio  # noqa: E402
+from gpuvalues.yamlio.writer import dump  # noqa: E402
 from gpuvalues.io.cluster import load_inventory  # noqa: E402
 
 TARGET_S = 1.0
@@ -89,10 +89,10 @@ def hostile(gv: str, big_mb: int, tmp: Path) -> None:
     big.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [real_node(i) for i in range(n)]}))
     limit = tmp / "limit.yaml"
     inv = cluster(8000)
-    text = yamlio.dump(inv.to_dict())
+    text = dump(inv.to_dict())
     while len(text) > 4 * 2 ** 20:
         inv = type(inv)(inv.nodes[: len(inv.nodes) * 9 // 10])
-        text = yamlio.dump(inv.to_dict())
+        text = dump(inv.to_dict())
     limit.write_text(text)
     huge_yaml = tmp / "huge.yaml"
     huge_yaml.write_text(text * (big_mb * 10 ** 6 // len(text) + 1))
@@ -127,19 +127,19 @@ def main() -> int:
     inv = cluster(args.nodes)
     with tempfile.TemporaryDirectory() as tmp:
         ours = Path(tmp) / "inventory.yaml"
-        ours.write_text(yamlio.dump(inv.to_dict()))
+        ours.write_text(dump(inv.to_dict()))
         kubectl = Path(tmp) / "nodes.json"
         kubectl.write_text(json.dumps(kubectl_json(inv)))
         out = Path(tmp) / "out.yaml"
         data = inv.to_dict()
-        assert yamlio.dump(data) == yamlio.dump(data, dumper=yaml.SafeDumper), "emitters differ"
+        assert dump(data) == dump(data, dumper=yaml.SafeDumper), "emitters differ"
         gv = str(ROOT / ".venv" / "bin" / "gpuvalues")
         rows = [
-            ("dump, fast path (yamlio._fast_dump)", timed(lambda: yamlio.dump(data), args.runs)),
+            ("dump, fast path (yaml_writer._fast_dump)", timed(lambda: dump(data), args.runs)),
             ("dump, pure-Python emitter (before)",
-             timed(lambda: yamlio.dump(data, dumper=yaml.SafeDumper), max(1, args.runs // 2))),
-            ("load our YAML + dump", timed(lambda: yamlio.dump(load_inventory(ours).to_dict()), args.runs)),
-            ("load kubectl JSON + dump", timed(lambda: yamlio.dump(load_inventory(kubectl).to_dict()), args.runs)),
+             timed(lambda: dump(data, dumper=yaml.SafeDumper), max(1, args.runs // 2))),
+            ("load our YAML + dump", timed(lambda: dump(load_inventory(ours).to_dict()), args.runs)),
+            ("load kubectl JSON + dump", timed(lambda: dump(load_inventory(kubectl).to_dict()), args.runs)),
             ("CLI `inventory --inventory nodes.json -o out.yaml`",
              timed(lambda: subprocess.run([gv, "inventory", "--inventory", str(kubectl), "-o", str(out)],
                                           check=True, capture_output=True), args.runs)),

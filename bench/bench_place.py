@@ -1,4 +1,4 @@
-"""Benchmark `gpuvalues.planners.mig.place`: target < 1 ms per call (issue 5).
+"""Benchmark `gpuvalues.planners.mig.geometry.place`: target < 1 ms per call (issue 5).
 
 Measures a cold call (placement search, cache cleared each time) and a warm call (cached),
 for layouts of every size on A100-80GB, A30 and RTX PRO 6000; prints a Markdown table.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from gpuvalues.planners import mig
+from gpuvalues.planners.mig import geometry as mig
 
 CASES = [
     ("A100-80GB", {"7g.80gb": 1}),

@@ -28,8 +28,9 @@ from unittest import mock
 import yaml
 
 from benchlib import readme_section
-from gpuvalues.planners import mig
-from gpuvalues.planners.milp import ModelDemand, NodePool, plan
+from gpuvalues.planners.mig import geometry as mig
+from gpuvalues.planners.mig.milp.model import ModelDemand, NodePool
+from gpuvalues.planners.mig.milp.plan import plan
 
 MIX100 = Path(__file__).with_name("mix100.yaml")
 

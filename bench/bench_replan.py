@@ -22,9 +22,9 @@ from dataclasses import replace
 
 from bench_planner import fleet, mix
 from benchlib import readme_section
-from gpuvalues.planners.milp import plan
-from gpuvalues.planners.replan import replan
-from gpuvalues.planners.replan import CurrentLayout, CurrentNode
+from gpuvalues.planners.mig.milp.plan import plan
+from gpuvalues.planners.mig.replan import replan
+from gpuvalues.planners.mig.replan import CurrentLayout, CurrentNode
 
 
 def current_from(p, pools) -> CurrentLayout:

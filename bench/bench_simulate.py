@@ -1,4 +1,4 @@
-"""Benchmark `gpuvalues.planners.simulate.simulate`: 7 days at a 15 s HPA sync (40,320 steps) with
+"""Benchmark `gpuvalues.planners.autoscaling.simulate.simulate`: 7 days at a 15 s HPA sync (40,320 steps) with
 3 metrics (queue, running, gpu_util) in under 1 s (issue 7).
 
 The trace is the built-in diurnal day repeated 7 times. Each behaviour (legacy,
@@ -12,8 +12,8 @@ import platform
 import time
 
 from gpuvalues.io.traces import load_trace
-from gpuvalues.planners.autoscaling import recommended_behavior
-from gpuvalues.planners.simulate import NO_STABILIZATION, SimConfig, SimMetric, Trace, simulate
+from gpuvalues.planners.autoscaling.capacity import recommended_behavior
+from gpuvalues.planners.autoscaling.simulate import NO_STABILIZATION, SimConfig, SimMetric, Trace, simulate
 
 DAY = 86_400
 TARGET_S = 1.0

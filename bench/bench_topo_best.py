@@ -3,7 +3,7 @@
 Generated `nvidia-smi topo -m` matrices of 32 GPUs: an NVSwitch node (every pair NV18,
 two NUMA nodes), four NVLink islands of 8 (NV12 inside, SYS across) and pairs bridged by
 NV4 on PCIe (PIX/PHB/SYS by distance) -- the go-gpuallocator best-effort search, in
-`gpuvalues.planners.topology.allocate_best_effort`. Each row: the CLI as a subprocess
+`gpuvalues.planners.scheduling.topology.allocate_best_effort`. Each row: the CLI as a subprocess
 (interpreter start included) and the library call, median of --runs and the spread.
 
 The same three shapes at --gpus (default 32, then 1,024: issue 25's hostile size; there
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchlib import timed  # noqa: E402
-from gpuvalues.planners.topology import parse_topo_matrix  # noqa: E402
+from gpuvalues.planners.scheduling.topology import parse_topo_matrix  # noqa: E402
 
 TARGET_S = 2.0
 

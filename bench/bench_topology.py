@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpuvalues.planners.topology import parse_topo_matrix  # noqa: E402
+from gpuvalues.planners.scheduling.topology import parse_topo_matrix  # noqa: E402
 
 TARGET_S = 2.0
 

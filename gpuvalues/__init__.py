@@ -34,11 +34,11 @@ _EXPORTS = {
     # render
     "render_values": "gpuvalues.render.helm",
     # the planners' entry points
-    "get_gpu": "gpuvalues.catalog", "place": "gpuvalues.planners.mig",
-    "plan": "gpuvalues.planners.milp", "ModelDemand": "gpuvalues.planners.milp",
-    "parse_topo_matrix": "gpuvalues.planners.topology", "HPA": "gpuvalues.planners.hpa",
-    "plan_capacity": "gpuvalues.planners.autoscaling", "simulate": "gpuvalues.planners.simulate",
-    "fit": "gpuvalues.planners.fit", "Inventory": "gpuvalues.planners.inventory",
+    "get_gpu": "gpuvalues.catalog", "place": "gpuvalues.planners.mig.geometry",
+    "plan": "gpuvalues.planners.mig.milp.plan", "ModelDemand": "gpuvalues.planners.mig.milp.model",
+    "parse_topo_matrix": "gpuvalues.planners.scheduling.topology", "HPA": "gpuvalues.planners.autoscaling.hpa",
+    "plan_capacity": "gpuvalues.planners.autoscaling.capacity", "simulate": "gpuvalues.planners.autoscaling.simulate",
+    "fit": "gpuvalues.planners.scheduling.fit", "Inventory": "gpuvalues.planners.scheduling.inventory",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -50,14 +50,15 @@ if TYPE_CHECKING:       # for type checkers and IDEs; at run time names load laz
     from gpuvalues.errors import CODES, Finding, GpuValuesError, ValidationFailed
     from gpuvalues.fleet import Fleet, NodeGroup, Release, build_fleet, expected_nodes
     from gpuvalues.fleet.spec import Spec
-    from gpuvalues.planners.autoscaling import plan_capacity
-    from gpuvalues.planners.fit import fit
-    from gpuvalues.planners.hpa import HPA
-    from gpuvalues.planners.inventory import Inventory
-    from gpuvalues.planners.mig import place
-    from gpuvalues.planners.milp import ModelDemand, plan
-    from gpuvalues.planners.simulate import simulate
-    from gpuvalues.planners.topology import parse_topo_matrix
+    from gpuvalues.planners.autoscaling.capacity import plan_capacity
+    from gpuvalues.planners.scheduling.fit import fit
+    from gpuvalues.planners.autoscaling.hpa import HPA
+    from gpuvalues.planners.scheduling.inventory import Inventory
+    from gpuvalues.planners.mig.geometry import place
+    from gpuvalues.planners.mig.milp.model import ModelDemand
+    from gpuvalues.planners.mig.milp.plan import plan
+    from gpuvalues.planners.autoscaling.simulate import simulate
+    from gpuvalues.planners.scheduling.topology import parse_topo_matrix
     from gpuvalues.render.helm import render_values
 
 

@@ -185,17 +185,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_replan(args: argparse.Namespace) -> int:
     """`gpuvalues replan SPEC --current FILE`: re-plan with the fewest GPUs, then the fewest node
     reconfigurations, under a drain budget (to fold into `plan --current`)."""
-    from gpuvalues import yamlio
+    from gpuvalues.yamlio.writer import dump
+    from gpuvalues import pipeline
     from gpuvalues.io import current, files
 
-    result, notes = current.replanned(args.spec, args.current, gpu_slack=args.gpu_slack,
-                                      max_node_changes=args.max_node_changes,
-                                      max_unavailable_per_pool=args.max_unavailable_per_pool,
-                                      time_limit=args.time_limit)
+    result, notes = pipeline.replanned(args.spec, args.current, gpu_slack=args.gpu_slack,
+                                       max_node_changes=args.max_node_changes,
+                                       max_unavailable_per_pool=args.max_unavailable_per_pool,
+                                       time_limit=args.time_limit)
     for n in notes:
         say(args, f"gpuvalues: note: {n}")
     if args.mig_parted_out and result.plan.mig_parted_config:
-        files.write_atomic(args.mig_parted_out, yamlio.dump(result.plan.mig_parted_config))
+        files.write_atomic(args.mig_parted_out, dump(result.plan.mig_parted_config))
     emit(args, result.to_dict(), current.replan_table)
     return 0
 
@@ -255,13 +256,13 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
 def cmd_topo(args: argparse.Namespace) -> int:
     """`gpuvalues topo`: NVLink cliques, labels and the best GPU set from `nvidia-smi topo -m`."""
-    from gpuvalues import yamlio
+    from gpuvalues.yamlio.inputs import read_text
     from gpuvalues.io import present
-    from gpuvalues.planners import topology
+    from gpuvalues.planners.scheduling import topology
 
-    topo = topology.parse_topo_matrix(yamlio.read_text(args.file), source=args.file)
-    emit(args, topology.topology_report(topo, best=args.best, available=args.available, prefix=args.prefix,
-                                        key=args.key, count_nvswitch_links=args.count_nvswitch_links),
+    topo = topology.parse_topo_matrix(read_text(args.file), source=args.file)
+    emit(args, present.topology_report(topo, best=args.best, available=args.available, prefix=args.prefix,
+                                       key=args.key, count_nvswitch_links=args.count_nvswitch_links),
          present.topology_table)
     return 0
 
@@ -318,7 +319,7 @@ def _inventory_options(p: argparse.ArgumentParser) -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     """`gpuvalues simulate`: replay a load trace through the capacity model and the HPA."""
     from gpuvalues.io import present, traces
-    from gpuvalues.planners import simulate
+    from gpuvalues.planners.autoscaling import simulate
 
     trace = traces.load_trace(args.trace)
     if args.scale_to_zero:

@@ -12,17 +12,23 @@ import contextlib
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from gpuvalues import yamlio
+from gpuvalues.yamlio.inputs import read_text
+from gpuvalues.yamlio.loader import expect_mapping, format_path, load_mapping, load_yaml
+from gpuvalues.yamlio.writer import dump
 from gpuvalues.bundle import EXAMPLE_SPEC
 from gpuvalues.checks.fleet import build_checked, check_fleet
 from gpuvalues.checks.rules import Context, values_findings, warnings_or_raise
 from gpuvalues.checks.spec import check_spec, load_spec, parse_spec
-from gpuvalues.errors import Finding, GpuValuesError, ValidationFailed, errors_only
+from gpuvalues.errors import Finding, GpuValuesError, PlanError, ValidationFailed, errors_only
 from gpuvalues.fleet import Fleet, Release, build_fleet
 from gpuvalues.io.files import write_all
 from gpuvalues.kube import supported_kube_minor
+
+if TYPE_CHECKING:
+    from gpuvalues.planners.mig.milp.model import NodePool
+    from gpuvalues.planners.mig.replan import CurrentLayout, Replan
 
 __all__ = ["fleet_of", "plan_data", "rendered", "release_values_text", "combined_values",
            "write_values", "write_node_side", "install_commands", "values_targets", "rendered_data", "check", "fit_report",
@@ -80,7 +86,7 @@ def release_values_text(release: Release) -> str:
     lines += [f"#   {d}" for d in release.decisions]
     # the gpu-operator chart takes its ConfigMaps' files as strings: written as blocks
     dumper = _block_strings_dumper() if release.facts.get("chart") else None
-    return "\n".join(lines) + "\n" + yamlio.dump(dict(release.values), dumper=dumper)
+    return "\n".join(lines) + "\n" + dump(dict(release.values), dumper=dumper)
 
 
 def _block_strings_dumper() -> type:
@@ -116,7 +122,7 @@ def _operator(fleet: Fleet) -> tuple[Release, ...]:
 
 
 def _node_side_files(fleet: Fleet, directory: str | Path) -> list[tuple[Path, str]]:
-    return [(Path(directory) / name, yamlio.dump(data)) for name, data in fleet.node_side().items()]
+    return [(Path(directory) / name, dump(data)) for name, data in fleet.node_side().items()]
 
 
 def _write_outputs(outputs: list[tuple[Path, str]], folders: list[Path]) -> list[Path]:
@@ -326,13 +332,13 @@ def drain_findings(fleet: Fleet, rendered_releases: list[tuple[Release, list[dic
 
 def fit_findings(fleet: Fleet, rendered_releases: list[tuple[Release, list[dict]]]
                  ) -> list[Finding]:
-    """Replay the scheduler's filters (gpuvalues.planners.fit) for the rendered releases
+    """Replay the scheduler's filters (gpuvalues.planners.scheduling.fit) for the rendered releases
     together on the fleet's nodes as the install makes them from bare nodes
     (`gpuvalues.fleet.producers.produced_nodes`: only the labels and resources some part of
     the install produces); a warning for each workload and scenario (minReplicas,
     maxReplicas) in which pods would stay Pending."""
     from gpuvalues.fleet.producers import produced_nodes
-    from gpuvalues.planners import fit
+    from gpuvalues.planners.scheduling import fit
 
     objects = [o for _, objs in rendered_releases for o in objs]
     report = fit.fit(objects, produced_nodes(fleet))
@@ -352,7 +358,7 @@ def fit_findings(fleet: Fleet, rendered_releases: list[tuple[Release, list[dict]
             source, line, col = spec.position(*at)
             out.append(Finding("GV005", f"fit ({scenario.name} replicas): {w.pending} of "
                                f"{w.replicas} pods of {w.workload} would stay Pending: "
-                               f"{w.reason}", yamlio.format_path(at), source, line, col,
+                               f"{w.reason}", format_path(at), source, line, col,
                                "warning", "add nodes or lower maxReplicas"))
     return out
 
@@ -362,17 +368,17 @@ def fit_report(inventory, *, manifests: str | None = None, values: str | None = 
                progress: Progress = lambda _: None):
     """`gpuvalues fit`: a `fit.FitReport` for rendered manifests (a file, `-` for stdin) or
     a values file (rendered with helm first) on `inventory`."""
-    from gpuvalues.planners import fit
+    from gpuvalues.planners.scheduling import fit
     from gpuvalues.render import helm as rendering
 
     if bool(manifests) == bool(values):
         raise GpuValuesError("give rendered manifests (--manifests FILE) or a values file (--values FILE)")
     if manifests:
-        objects = fit.load_manifests(yamlio.read_text(manifests), manifests)
+        objects = fit.load_manifests(read_text(manifests), manifests)
         source = "<stdin>" if manifests == "-" else manifests
     else:
         progress(f"rendering {values} with helm")
-        data = yamlio.load_mapping(values, allow_empty=True, what="values file").data
+        data = load_mapping(values, allow_empty=True, what="values file").data
         objects = helm_manifests(data, helm=helm, kube_version=kube_version or rendering.DEFAULT_KUBE_VERSION)
         source = values
     try:
@@ -397,7 +403,7 @@ def helm_manifests(values: Mapping, **helm_kwargs: Any) -> list[dict]:
 
 def fit_values(values: Mapping, inventory, **helm_kwargs: Any):
     """Render `values` with the chart through helm (`helm_manifests`), then `fit`."""
-    from gpuvalues.planners.fit import fit
+    from gpuvalues.planners.scheduling.fit import fit
 
     return fit(helm_manifests(values, **helm_kwargs), inventory)
 
@@ -405,7 +411,7 @@ def fit_values(values: Mapping, inventory, **helm_kwargs: Any):
 def checked_values_file(path: str | Path, kube_version: str,
                         spec: str | Path | None = None) -> tuple[dict, list[Finding]]:
     """A values file that passes every check: (values, warnings), else ValidationFailed."""
-    loaded = yamlio.expect_mapping(yamlio.load_yaml(path, allow_empty=True), "values file")
+    loaded = expect_mapping(load_yaml(path, allow_empty=True), "values file")
     return loaded.data, warnings_or_raise(values_findings(loaded, ctx=_context(spec, kube_version)))
 
 
@@ -427,10 +433,10 @@ def check(*, spec: str | Path | None = None, values: str | Path | None = None,
     if kube_version:
         supported_kube_minor(kube_version)    # a mistyped or unsupported version is bad input
     if values:
-        loaded = yamlio.expect_mapping(yamlio.load_yaml(values, allow_empty=True),
+        loaded = expect_mapping(load_yaml(values, allow_empty=True),
                                        "values file")
         return sorted(values_findings(loaded, ctx=_context(spec, kube_version)), key=Finding.sort_key)
-    loaded = yamlio.load_yaml(spec)
+    loaded = load_yaml(spec)
     found = check_spec(loaded)
     if errors_only(found):
         return found
@@ -441,3 +447,114 @@ def check(*, spec: str | Path | None = None, values: str | Path | None = None,
 
 
 __all__ += ["ValidationFailed"]     # raised by fleet_of, rendered and the writers
+
+
+def replanned(spec_path: str | Path, current_path: str | Path, *, gpu_slack: int = 0,
+              max_node_changes: int | None = None, max_unavailable_per_pool: int | None = None,
+              time_limit: float = 30.0) -> tuple[Replan, list[str]]:
+    """`gpuvalues replan`: the spec's MIG demand re-planned against the current layout in
+    `current_path` (read by `gpuvalues.io.current.load_current`). Returns (`replan.Replan`, notes).
+
+    The demand is the fleet's own MIG solve (`Fleet.layout.plan`, computed once by
+    `gpuvalues.fleet`): each MIG workload pinned to its profile and pool, with the replicas
+    that solve serves, on every MIG pool of the spec (one left with no MIG workload keeps its
+    nodes as they are) with the nodes whole-GPU and tensor-parallel replicas leave; listed
+    nodes of those replicas and of pools without MIG are left alone, said in the notes."""
+    from gpuvalues.io.current import load_current   # HiGHS + numpy: only when re-planning
+    from gpuvalues.planners.mig.replan import replan
+    from gpuvalues.planners.mig.milp import model as milp
+
+    fleet = fleet_of(spec_path)
+    plan = fleet.layout.plan if fleet.layout is not None else None
+    if plan is None:
+        raise PlanError("the spec has no MIG workload on a MIG pool: nothing to re-plan", source=str(spec_path))
+    pools, held = _mig_pools(fleet)
+    demands = [milp.ModelDemand(p.workload, replicas=int(round(plan.served.get(p.workload, 0))),
+                                allowed_profiles=(p.mig_profile,) if p.mig_profile else None,
+                                pools=(p.pool.name,))
+               for p in fleet.placements if p.mode == "mig" and p.workload in plan.served]
+    spec_pools = {p.name: p for p in fleet.spec.node_pools}
+    current = load_current(current_path, list(spec_pools.values()))
+    current, notes, pools = _mig_part(current, pools, held, spec_pools)
+    result = replan(demands, pools, current, gpu_slack=gpu_slack, max_node_changes=max_node_changes,
+                         max_unavailable_per_pool=max_unavailable_per_pool, time_limit=time_limit)
+    return result, list(fleet.decisions) + notes
+
+
+def _mig_pools(fleet: Fleet) -> tuple[list[NodePool], dict[str, int]]:
+    """The spec's MIG pools as the re-plan sees them: every MIG-managed pool with all its
+    nodes, also one whose MIG workloads were all removed (its nodes may keep their layout);
+    and per pool the GPUs whole-GPU and tensor-parallel replicas hold (those the fleet's MIG
+    solve did not get)."""
+    from gpuvalues.catalog import get_gpu as gpu_of
+    from gpuvalues.planners.mig.milp import model as milp
+
+    # the MIG solve's pools of one spec pool: the pool itself, or parts of it named "<pool>.<part>"
+    planned: dict[str, int] = {}
+    layout = fleet.layout
+    if layout is None or layout.plan is None:   # replanned() checked: the fleet has a MIG solve
+        return [], {}
+    for pp in layout.plan.pools:
+        owner = next((p.name for p in fleet.spec.node_pools
+                      if pp.pool.name == p.name or pp.pool.name.startswith(p.name + ".")), pp.pool.name)
+        planned[owner] = planned.get(owner, 0) + pp.pool.capacity
+    pools, held = [], {}
+    for p in fleet.spec.node_pools:
+        if p.name in planned:
+            held[p.name] = max(0, p.gpus - planned[p.name])
+        elif p.mig and gpu_of(p.gpu).mig is not None and not any(
+                pl.mode == "dra" for pl in fleet.placements if pl.pool.name == p.name):
+            held[p.name] = sum(g.nodes for g in layout.groups_of(p.name) if g.workloads) * p.gpus_per_node
+        else:
+            continue
+        pools.append(milp.NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes, mig_enabled=True,
+                                   price_per_gpu=p.price_per_gpu_hour))
+    return pools, held
+
+
+def _mig_part(current: CurrentLayout, pools: list[NodePool], held: Mapping[str, int],
+              spec_pools: Mapping[str, Any]) -> tuple[CurrentLayout, list[str], list[NodePool]]:
+    """The part of the current layout the MIG re-plan may change, and the pools it plans.
+
+    Nodes of pools that run no MIG are left alone. In a pool whose whole-GPU / tensor-parallel
+    replicas hold GPUs, the listed nodes with the most MIG-off GPUs are theirs until those GPUs
+    are accounted for: they are pinned (kept as they are, their MIG GPUs still usable); GPUs
+    left over are on unlisted nodes, which the re-plan then leaves out. Said in notes."""
+    from gpuvalues.planners.mig.replan import CurrentLayout, CurrentNode
+
+    mig = {p.name: p for p in pools}
+    notes: list[str] = []
+    out: list[CurrentNode] = []
+    plan_pools: list[NodePool] = []
+    aside: dict[str, list[str]] = {}
+    for node in current.nodes:
+        if node.pool not in mig:
+            aside.setdefault(node.pool, []).append(node.name)
+    for other, names in sorted(aside.items()):
+        notes.append(f"pool {other} runs no MIG: its listed nodes ({', '.join(names)}) are left alone")
+    index = {name: i for i, name in enumerate(spec_pools)}
+    for name, pool in mig.items():
+        mine = [n for n in current.nodes if n.pool == name]
+        if len(mine) > pool.nodes:
+            raise PlanError(f"the current layout lists {len(mine)} nodes of pool {name!r}, but the spec gives it "
+                            f"{pool.nodes} (cluster.nodePools[{index[name]}].nodes); fix the spec's node count or "
+                            "the current layout", source=current.source, field="nodes")
+        left = held.get(name, 0)
+        pinned = set()
+        for n in sorted(mine, key=lambda n: (-sum(g is None for g in n.gpus), n.name)):
+            off = sum(g is None for g in n.gpus)
+            if left <= 0 or not off:
+                break
+            pinned.add(n.name)
+            left -= off
+        if pinned:
+            notes.append(f"pool {name}: node(s) {', '.join(sorted(pinned))} carry whole-GPU/tensor-parallel "
+                         "replicas (their MIG-off GPUs): the re-plan keeps them as they are")
+        out += [CurrentNode(n.name, n.pool, n.config, n.gpus, n.pods, pinned=n.name in pinned) for n in mine]
+        gone = -(-max(left, 0) // pool.gpus_per_node)   # unlisted nodes those replicas hold
+        gone = min(gone, pool.nodes - len(mine))
+        if gone:
+            notes.append(f"pool {name}: {gone} unlisted node(s) carry whole-GPU/tensor-parallel replicas and are "
+                         "left out of the re-plan")
+        plan_pools.append(replace(pool, nodes=pool.nodes - gone))
+    return CurrentLayout(tuple(out), source=current.source), notes, plan_pools

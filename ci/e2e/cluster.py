@@ -207,7 +207,7 @@ def kwok_node(node: Mapping) -> dict:
 
 
 def nodes_from_inventory(inventory) -> list[dict]:
-    """Fake Nodes from a `gpuvalues.planners.inventory.Inventory`: its labels (GFD, topology),
+    """Fake Nodes from a `gpuvalues.planners.scheduling.inventory.Inventory`: its labels (GFD, topology),
     taints and capacity/allocatable, so the cluster is what `gpuvalues fit` reasons about."""
     return [kwok_node(n.to_k8s_node()) for n in inventory.nodes]
 

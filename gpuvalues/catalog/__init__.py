@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from gpuvalues.errors import CatalogError
-from gpuvalues.yamlio import parse_yaml
+from gpuvalues.yamlio.loader import parse_yaml
 
 DATA_DIR = Path(__file__).resolve().parent / "gpus"
 # A JSON copy of every data file's parsed document (write_index), so a start-up need not

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from gpuvalues import yamlio
+from gpuvalues.yamlio.loader import Loaded, format_path
 from gpuvalues.checks.rules import Context, check_values, semantic_findings
 from gpuvalues.errors import Finding, ValidationFailed, errors_only
 from gpuvalues.fleet import Fleet, Release, build_fleet, producers
@@ -48,14 +48,14 @@ def _placed(spec: Spec, release: Release, findings: list[Finding]) -> list[Findi
         at = _at(spec, release, f.path)
         source, line, col = spec.position(*at)
         out.append(replace(f, source=source, line=line, column=col,
-                           path=f"{yamlio.format_path(at)} -> {release.name} values {f.path}"))
+                           path=f"{format_path(at)} -> {release.name} values {f.path}"))
     return out
 
 
 def release_findings(spec: Spec, release: Release) -> list[Finding]:
     """The chart schema and the semantic rules on one release's values."""
     source = f"<values of release {release.name}>"
-    loaded = yamlio.Loaded(dict(release.values), source, "", {(): (1, 1)}, {}, ())
+    loaded = Loaded(dict(release.values), source, "", {(): (1, 1)}, {}, ())
     found = [replace(f, line=None, column=None) for f in check_values(loaded)]
     if not release.is_platform:
         found += semantic_findings(dict(release.values), ctx=Context(**release.facts),
@@ -165,7 +165,7 @@ def _producer_findings(spec: Spec, fleet: Fleet) -> list[Finding]:
                 parts.append(f"{key}, which only {part} produces ({why or 'not deployed'}; "
                              f"{_ENABLE.get(part, 'deploy it')})")
         out.append(Finding("GV021", f"the pods of {r.workload} select {'; '.join(parts)}: on nodes "
-                           f"of pool {p.pool.name} they would stay Pending", yamlio.format_path(at),
+                           f"of pool {p.pool.name} they would stay Pending", format_path(at),
                            source, line, col))
     return out
 
@@ -181,7 +181,7 @@ def _name_findings(spec: Spec, fleet: Fleet) -> list[Finding]:
             source, line, col = spec.position(*at)
             out.append(Finding("GV018", f"release name {r.name!r} is used twice ({seen[key]} and "
                                f"{r.workload or 'the platform release'})",
-                               yamlio.format_path(at), source, line, col))
+                               format_path(at), source, line, col))
         seen.setdefault(key, r.workload or "the platform release")
     return out
 

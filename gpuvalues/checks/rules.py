@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from gpuvalues.errors import CODES, Finding, ValidationFailed, errors_only
 from gpuvalues.kube import kube_minor, unsupported_kube_version
-from gpuvalues.planners.topology import nvlink_size
+from gpuvalues.planners.scheduling.topology import nvlink_size
 from gpuvalues.schemas import SCHEMAS, SPEC_SCHEMA, VALUES_SCHEMA, is_valid, load_schema, validator_for  # noqa: F401 (re-exported)
-from gpuvalues.yamlio import Loaded, format_path
+from gpuvalues.yamlio.loader import Loaded, format_path
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
@@ -224,8 +224,8 @@ def coalesce(defaults: Any, overrides: Any) -> Any:
 
 @functools.lru_cache(maxsize=4)
 def _chart_defaults_cached(path: str, mtime: float) -> Any:
-    from gpuvalues import yamlio
-    return yamlio.helm_data(Path(path).read_text(), str(path)) or {}
+    from gpuvalues.yamlio.loader import helm_data
+    return helm_data(Path(path).read_text(), str(path)) or {}
 
 
 def chart_defaults(path: str | Path | None = None) -> dict:
@@ -361,7 +361,7 @@ def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded 
     """Cross-field rules on chart values (GV001-GV009), placed in `loaded` when given."""
     from gpuvalues import catalog
     from gpuvalues.errors import CatalogError
-    from gpuvalues.planners import mig
+    from gpuvalues.planners.mig import geometry as mig
 
     out: list[Finding] = []
 
@@ -543,7 +543,7 @@ def _metric_findings(values: dict, mode: str, add) -> None:
     """GV003 through the autoscaling planner's metric rules (autoscaling.choose_metric):
     a GPU metric the mode cannot attribute per pod, or no metric a custom server needs."""
     from gpuvalues.errors import CapacityError
-    from gpuvalues.planners import autoscaling
+    from gpuvalues.planners.autoscaling import capacity as autoscaling
 
     server = _get(values, "server", "type", default="vllm")
     if server not in autoscaling.SERVER_TYPES or mode not in autoscaling.GPU_MODES:

@@ -8,14 +8,15 @@ import stat
 from dataclasses import replace
 from pathlib import Path
 
-from gpuvalues import yamlio
+from gpuvalues.yamlio.inputs import MAX_INPUT_BYTES, resolve_reference
+from gpuvalues.yamlio.loader import Loaded, expect_mapping, format_path, load_text, load_yaml
 from gpuvalues.kube import unsupported_kube_version
 from gpuvalues.checks.rules import SPEC_SCHEMA, check_schema, finding, yaml_findings
 from gpuvalues.errors import Finding, ValidationFailed, errors_only
 from gpuvalues.fleet.spec import Spec, from_data
 
 
-def cross_field_findings(data: dict, loaded: yamlio.Loaded) -> list[Finding]:
+def cross_field_findings(data: dict, loaded: Loaded) -> list[Finding]:
     """Spec rules across fields that need no GPU knowledge (names, references, ranges)."""
     out: list[Finding] = []
     pools = data["cluster"]["nodePools"]
@@ -73,7 +74,7 @@ def cross_field_findings(data: dict, loaded: yamlio.Loaded) -> list[Finding]:
 ALLOW_OUTSIDE_ENV = "GPUVALUES_ALLOW_FILES_OUTSIDE_SPEC"
 
 
-def spec_dir(loaded: yamlio.Loaded) -> Path:
+def spec_dir(loaded: Loaded) -> Path:
     """The folder a spec's relative paths start from: the spec file's, or the working
     directory for stdin and strings."""
     if loaded.source in ("<stdin>", "<string>"):
@@ -81,9 +82,9 @@ def spec_dir(loaded: yamlio.Loaded) -> Path:
     return Path(loaded.source).parent
 
 
-def reference_findings(data: dict, loaded: yamlio.Loaded) -> list[Finding]:
+def reference_findings(data: dict, loaded: Loaded) -> list[Finding]:
     """Files a spec names (`cluster.nodePools[].topology.file`): relative to the spec's
-    folder, inside it (yamlio.resolve_reference; $GPUVALUES_ALLOW_FILES_OUTSIDE_SPEC=1
+    folder, inside it (resolve_reference; $GPUVALUES_ALLOW_FILES_OUTSIDE_SPEC=1
     lifts that), and regular files within the size limit, checked before anything reads
     them (a FIFO would block, a device never end)."""
     out: list[Finding] = []
@@ -93,9 +94,9 @@ def reference_findings(data: dict, loaded: yamlio.Loaded) -> list[Finding]:
         if not isinstance(ref, str):
             continue
         at = ("cluster", "nodePools", i, "topology", "file")
-        where = yamlio.format_path(at)
+        where = format_path(at)
         try:
-            target = yamlio.resolve_reference(ref, spec_dir(loaded), allow_outside=allow)
+            target = resolve_reference(ref, spec_dir(loaded), allow_outside=allow)
             st = os.stat(target)
         except FileNotFoundError:
             out.append(finding("GV000", f"file {ref!r} not found (paths are relative to the "
@@ -111,23 +112,23 @@ def reference_findings(data: dict, loaded: yamlio.Loaded) -> list[Finding]:
             out.append(finding("GV000", f"{ref!r} is not a regular file (a FIFO, device or "
                                "directory); give the saved `nvidia-smi topo -m` output",
                                where, loaded=loaded, at=at))
-        elif st.st_size > yamlio.MAX_INPUT_BYTES:
+        elif st.st_size > MAX_INPUT_BYTES:
             out.append(finding("GV000", f"{ref!r} is larger than "
-                               f"{yamlio.MAX_INPUT_BYTES // 2**20} MiB", where, loaded=loaded,
+                               f"{MAX_INPUT_BYTES // 2**20} MiB", where, loaded=loaded,
                                at=at))
     return out
 
 
-def check_spec(loaded: yamlio.Loaded) -> list[Finding]:
+def check_spec(loaded: Loaded) -> list[Finding]:
     """Schema and cross-field findings (errors and GV010 warnings) for a loaded spec."""
-    yamlio.expect_mapping(loaded, "spec")
+    expect_mapping(loaded, "spec")
     found = check_schema(loaded, SPEC_SCHEMA)
     if not found:
         found = cross_field_findings(loaded.data, loaded)
     return sorted(found + yaml_findings(loaded), key=Finding.sort_key)
 
 
-def parse_spec(loaded: yamlio.Loaded, base_dir: Path | None = None, *,
+def parse_spec(loaded: Loaded, base_dir: Path | None = None, *,
                findings: list[Finding] | None = None) -> Spec:
     """Validate a loaded spec and build the dataclasses; ValidationFailed on errors.
     `findings`: what `check_spec(loaded)` already returned, so it is not run twice."""
@@ -145,9 +146,9 @@ def parse_spec(loaded: yamlio.Loaded, base_dir: Path | None = None, *,
 
 def load_spec(path: str | Path) -> Spec:
     """Read (`-` for stdin), validate and parse a spec file."""
-    return parse_spec(yamlio.load_yaml(path))
+    return parse_spec(load_yaml(path))
 
 
 def spec_from_text(text: str, source: str = "<string>", base_dir: Path = Path(".")) -> Spec:
     """Parse and validate spec YAML text (tests, the built-in example)."""
-    return parse_spec(yamlio.load_text(text, source), base_dir)
+    return parse_spec(load_text(text, source), base_dir)

@@ -25,7 +25,7 @@ from gpuvalues.fleet.releases import (Release, gpu_operator_release, platform_re
                                       workload_release)
 from gpuvalues.fleet.spec import Spec
 from gpuvalues.planners import deviceplugin
-from gpuvalues.yamlio import format_path
+from gpuvalues.yamlio.loader import format_path
 
 __all__ = ["Fleet", "Release", "NodeGroup", "Placement", "build_fleet", "expected_nodes"]
 
@@ -233,8 +233,8 @@ def expected_nodes(fleet: Fleet):
     """An `Inventory` of the fleet's nodes as they will look once the node side is applied:
     the node groups' labels plus the labels and allocatable resources the device plugin and
     GFD derive from each group's config (`group_node`). CPU and memory are left out
-    (gpuvalues.planners.fit treats them as unlimited)."""
-    from gpuvalues.planners.inventory import GpuInfo, Inventory, Node
+    (gpuvalues.planners.scheduling.fit treats them as unlimited)."""
+    from gpuvalues.planners.scheduling.inventory import GpuInfo, Inventory, Node
 
     spec, layout = fleet.spec, fleet.layout
     nodes = []

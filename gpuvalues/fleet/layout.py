@@ -27,8 +27,10 @@ from gpuvalues.catalog import GIB_PER_GB
 from gpuvalues.errors import PlanError
 from gpuvalues.fleet.placement import Placement, spec_error
 from gpuvalues.fleet.spec import NodePool, Spec
-from gpuvalues.planners import deviceplugin, migparted, topology
-from gpuvalues.yamlio import read_text
+from gpuvalues.planners import deviceplugin
+from gpuvalues.planners.mig import migparted
+from gpuvalues.planners.scheduling import topology
+from gpuvalues.yamlio.inputs import read_text
 
 __all__ = ["NodeGroup", "Shortage", "Layout", "lay_out", "choose_pools", "DEFAULT_DEVICE_PLUGIN_CONFIG"]
 
@@ -386,7 +388,8 @@ def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_conf
     A pool's free nodes are one planner pool; the free GPUs of its nodes that whole-GPU
     replicas use partly are planner pools of their own (`<pool>.<k>gpu`, one per set of
     free GPU indices), so MIG fills them and mig-parted leaves MIG off on the rest."""
-    from gpuvalues.planners import milp   # HiGHS + numpy: imported only when MIG is planned
+    from gpuvalues.planners.mig.milp import model as milp   # HiGHS + numpy: imported only when MIG is planned
+    from gpuvalues.planners.mig.milp.plan import plan
 
     # parts (filled here): planner pool -> (pool, GPU indices or None for all, nodes)
     for pool, free, _, partial, _, _ in mig_pools:
@@ -421,7 +424,7 @@ def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_conf
         raise PlanError("--objective cost needs pricePerGpuHour on every MIG node pool")
     if demands and inputs:
         try:
-            result = milp.plan(demands, inputs, **solve)
+            result = plan(demands, inputs, **solve)
         except PlanError as exc:
             notes.append(f"the optimal MIG planner could not fit the peak ({exc.message}); "
                          "split each pool's free GPUs in proportion to demand instead")

@@ -13,11 +13,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from gpuvalues import catalog, yamlio
+from gpuvalues import catalog
+from gpuvalues.yamlio.loader import format_path
 from gpuvalues.catalog import GpuModel, MigProfile
 from gpuvalues.errors import CatalogError, GpuValuesError, PlanError, SpecError
 from gpuvalues.fleet.spec import NodePool, Spec, Workload
-from gpuvalues.planners import deviceplugin, mig
+from gpuvalues.planners import deviceplugin
+from gpuvalues.planners.mig import geometry as mig
 
 __all__ = ["Placement", "place", "candidates", "usable_gib", "spec_error"]
 
@@ -71,7 +73,7 @@ def spec_error(exc_type, message: str, spec: Spec, *path: Any, code: str | None 
     """An error of `exc_type` placed at `path` in the spec."""
     source, line, col = spec.position(*path)
     return exc_type(message, source=source, line=line, column=col,
-                    field=yamlio.format_path(path), code=code)
+                    field=format_path(path), code=code)
 
 
 def usable_gib(item: MigProfile | GpuModel) -> float:

@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from gpuvalues.fleet.spec import GROUP_LABEL, Spec
-from gpuvalues.planners import deviceplugin, migparted, topology
+from gpuvalues.planners import deviceplugin
+from gpuvalues.planners.mig import migparted
+from gpuvalues.planners.scheduling import topology
 
 if TYPE_CHECKING:
     from gpuvalues.fleet import Fleet
@@ -227,7 +229,7 @@ def produced_nodes(fleet: Fleet):
     """An `Inventory` of the fleet's nodes as the install makes them from bare nodes
     (`node_states`): only labels and resources some part of the install produces."""
     from gpuvalues import catalog
-    from gpuvalues.planners.inventory import GpuInfo, Inventory, Node
+    from gpuvalues.planners.scheduling.inventory import GpuInfo, Inventory, Node
 
     nodes = []
     index: dict[str, int] = {}

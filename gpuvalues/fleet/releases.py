@@ -12,14 +12,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from gpuvalues import yamlio
+from gpuvalues.yamlio.writer import dump
 from gpuvalues.errors import Finding, SpecError
 from gpuvalues.fleet import producers, sizing
 from gpuvalues.fleet.layout import DEFAULT_DEVICE_PLUGIN_CONFIG, Layout
 from gpuvalues.fleet.placement import Placement, spec_error
 from gpuvalues.fleet.spec import Spec
-from gpuvalues.planners import deviceplugin, topology
-from gpuvalues.yamlio import format_path
+from gpuvalues.planners import deviceplugin
+from gpuvalues.planners.scheduling import topology
+from gpuvalues.yamlio.loader import format_path
 
 __all__ = ["Release", "platform_release", "workload_release", "split_image", "gpu_operator_release",
            "GPU_OPERATOR_CHART", "GPU_OPERATOR_VERSION"]
@@ -251,14 +252,14 @@ def gpu_operator_release(spec: Spec, layout: Layout | None, workloads: Sequence[
     strategies = {c.get("flags", {}).get("migStrategy", "none") for c in configs.values()} - {"none"}
     device_plugin: dict = {"enabled": p.device_plugin, "config": {
         "create": True, "name": OPERATOR_DEVICE_PLUGIN_CONFIGMAP, "default": "default",
-        "data": {name: yamlio.dump(cfg) for name, cfg in configs.items()}}}
+        "data": {name: dump(cfg) for name, cfg in configs.items()}}}
     mig_manager: dict = {"enabled": bool(layout and layout.mig_parted)}
     if layout and layout.mig_parted:
         mig = {"version": layout.mig_parted["version"],
                "mig-configs": {ALL_DISABLED: [{"devices": "all", "mig-enabled": False}],
                                **layout.mig_parted["mig-configs"]}}
         mig_manager["config"] = {"create": True, "name": OPERATOR_MIG_CONFIGMAP,
-                                 "default": ALL_DISABLED, "data": {"config.yaml": yamlio.dump(mig)}}
+                                 "default": ALL_DISABLED, "data": {"config.yaml": dump(mig)}}
     values = {
         "nfd": {"enabled": spec.nfd == "deploy"},
         # the cluster-wide strategy GFD and the device plugin start with; each named config's

@@ -12,7 +12,7 @@ import math
 from gpuvalues.errors import CapacityError, GpuValuesError
 from gpuvalues.fleet.placement import Placement, spec_error
 from gpuvalues.fleet.spec import Spec, Workload
-from gpuvalues.planners import autoscaling
+from gpuvalues.planners.autoscaling import capacity as autoscaling
 
 __all__ = ["DEFAULT_MIN_REPLICAS", "DEFAULT_MAX_REPLICAS", "peak_replicas", "queue_budget",
            "autoscaling_values"]

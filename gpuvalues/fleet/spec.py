@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuvalues import yamlio
+from gpuvalues.yamlio.loader import Loaded
 from gpuvalues.catalog import GIB_PER_GB
 from gpuvalues.errors import Finding, SpecError
 from gpuvalues.kube import kube_minor
@@ -182,7 +182,7 @@ class Spec:
     memory_headroom: float = 0.05
     gateway: Gateway | None = None
     nfd: str = "deploy"                     # cluster.nfd: NFD_MODES
-    loaded: yamlio.Loaded | None = field(default=None, compare=False, repr=False)
+    loaded: Loaded | None = field(default=None, compare=False, repr=False)
     warnings: tuple[Finding, ...] = ()
 
     def pool(self, name: str) -> NodePool:
@@ -245,7 +245,7 @@ def _kube_version(text: str) -> str:
     return ".".join(parts + ["0"] * (3 - len(parts)))
 
 
-def from_data(data: dict, *, base_dir: Path = Path("."), loaded: yamlio.Loaded | None = None
+def from_data(data: dict, *, base_dir: Path = Path("."), loaded: Loaded | None = None
               ) -> Spec:
     """Dataclasses from schema-valid spec data (no validation here; see load_spec)."""
     pools = []

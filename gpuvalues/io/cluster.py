@@ -8,10 +8,11 @@ from typing import Iterable, Mapping
 
 from gpuvalues.errors import GpuValuesError, InventoryError, TransientError
 from gpuvalues.kube import node_name_problem
-from gpuvalues.planners.inventory import (API_VERSION, KIND, MAX_NODES, Inventory, Node, from_kubectl_json,
+from gpuvalues.planners.scheduling.inventory import (API_VERSION, KIND, MAX_NODES, Inventory, Node, from_kubectl_json,
                                           check_unique_names, node_from_kubectl_item, node_from_nvidia_smi,
                                           too_many_nodes)
-from gpuvalues.yamlio import format_path, parse_field, parse_yaml, position_in, read_input
+from gpuvalues.yamlio.loader import format_path, parse_field, parse_yaml, position_in
+from gpuvalues.yamlio.inputs import read_input
 
 
 # -- live cluster --------------------------------------------------------------------------------
@@ -336,12 +337,12 @@ def _whole_json(text: str):
 def inventory_text(inv: Inventory, path: str | None) -> str:
     """The text `inventory -o PATH` writes: JSON for a `.json` name, else YAML, refused when
     the YAML would be larger than gpuvalues reads back (MAX_YAML_INVENTORY_BYTES)."""
-    from gpuvalues import yamlio
+    from gpuvalues.yamlio.writer import dump
 
     data = inv.to_dict()
     if path and str(path).endswith(".json"):
         return json.dumps(data, indent=1) + "\n"
-    text = yamlio.dump(data)
+    text = dump(data)
     if len(text) > MAX_YAML_INVENTORY_BYTES and path not in (None, "-"):
         raise InventoryError(f"the inventory is {len(text) / 2**20:.1f} MiB as YAML, more than gpuvalues "
                              f"reads back ({MAX_YAML_INVENTORY_BYTES // 2**20} MiB): write it as JSON "

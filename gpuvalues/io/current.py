@@ -30,19 +30,18 @@ Bad input raises `PlanError` naming file, line:col and field.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gpuvalues.catalog import get_gpu
 from gpuvalues.errors import CatalogError, GpuValuesError, PlanError
 from gpuvalues.kube import label_problem, node_name_problem
-from gpuvalues.planners import mig
+from gpuvalues.planners.mig import geometry as mig
 from gpuvalues.planners.deviceplugin import CONFIG_LABEL
-from gpuvalues.planners.inventory import KIND as INVENTORY_KIND, Inventory
-from gpuvalues.planners.migparted import MIG_CONFIG_LABEL, validate_mig_parted_config
-from gpuvalues.planners.replan import CurrentLayout, CurrentNode, replan
-from gpuvalues.yamlio import Loaded, format_path, load_yaml, parse_field
+from gpuvalues.planners.scheduling.inventory import KIND as INVENTORY_KIND, Inventory
+from gpuvalues.planners.mig.migparted import MIG_CONFIG_LABEL, validate_mig_parted_config
+from gpuvalues.planners.mig.replan import CurrentLayout, CurrentNode
+from gpuvalues.yamlio.loader import Loaded, format_path, load_yaml, parse_field
 
 
 # A node runs at most a few hundred pods (the kubelet's default max-pods is 110) and a GPU
@@ -223,108 +222,6 @@ def _from_inventory(loaded: Loaded, by_name) -> CurrentLayout:
             gpus = (None,) * pool.gpus_per_node
         out.append(CurrentNode(node.name, pool.name, node.labels.get(MIG_CONFIG_LABEL), gpus, None))
     return CurrentLayout(tuple(out), source=loaded.source)
-
-
-def replanned(spec_path: str | Path, current_path: str | Path, *, gpu_slack: int = 0,
-              max_node_changes: int | None = None, max_unavailable_per_pool: int | None = None,
-              time_limit: float = 30.0):
-    """`gpuvalues replan`: the spec's MIG demand re-planned against the current layout in
-    `current_path`. Returns (`replan.Replan`, notes). (Meant to move into `pipeline` when
-    `plan --current` folds this command into `plan`.)
-
-    The demand is the fleet's own MIG solve (`Fleet.layout.plan`, computed once by
-    `gpuvalues.fleet`): each MIG workload pinned to its profile and pool, with the replicas
-    that solve serves, on every MIG pool of the spec (one left with no MIG workload keeps its
-    nodes as they are) with the nodes whole-GPU and tensor-parallel replicas leave; listed
-    nodes of those replicas and of pools without MIG are left alone, said in the notes."""
-    from gpuvalues.pipeline import fleet_of
-    from gpuvalues.planners import milp
-
-    fleet = fleet_of(spec_path)
-    plan = fleet.layout.plan
-    if plan is None:
-        raise PlanError("the spec has no MIG workload on a MIG pool: nothing to re-plan", source=str(spec_path))
-    pools, held = _mig_pools(fleet)
-    demands = [milp.ModelDemand(p.workload, replicas=int(round(plan.served.get(p.workload, 0))),
-                                allowed_profiles=(p.mig_profile,), pools=(p.pool.name,))
-               for p in fleet.placements if p.mode == "mig" and p.workload in plan.served]
-    spec_pools = {p.name: p for p in fleet.spec.node_pools}
-    current = load_current(current_path, list(spec_pools.values()))
-    current, notes, pools = _mig_part(current, pools, held, spec_pools)
-    result = replan(demands, pools, current, gpu_slack=gpu_slack, max_node_changes=max_node_changes,
-                         max_unavailable_per_pool=max_unavailable_per_pool, time_limit=time_limit)
-    return result, list(fleet.decisions) + notes
-
-
-def _mig_pools(fleet) -> tuple[list, dict[str, int]]:
-    """The spec's MIG pools as the re-plan sees them: every MIG-managed pool with all its
-    nodes, also one whose MIG workloads were all removed (its nodes may keep their layout);
-    and per pool the GPUs whole-GPU and tensor-parallel replicas hold (those the fleet's MIG
-    solve did not get)."""
-    from gpuvalues.catalog import get_gpu as gpu_of
-    from gpuvalues.planners import milp
-
-    # the MIG solve's pools of one spec pool: the pool itself, or parts of it named "<pool>.<part>"
-    planned: dict[str, int] = {}
-    for pp in fleet.layout.plan.pools:
-        owner = next((p.name for p in fleet.spec.node_pools
-                      if pp.pool.name == p.name or pp.pool.name.startswith(p.name + ".")), pp.pool.name)
-        planned[owner] = planned.get(owner, 0) + pp.pool.capacity
-    pools, held = [], {}
-    for p in fleet.spec.node_pools:
-        if p.name in planned:
-            held[p.name] = max(0, p.gpus - planned[p.name])
-        elif p.mig and gpu_of(p.gpu).mig is not None and not any(
-                pl.mode == "dra" for pl in fleet.placements if pl.pool.name == p.name):
-            held[p.name] = sum(g.nodes for g in fleet.layout.groups_of(p.name) if g.workloads) * p.gpus_per_node
-        else:
-            continue
-        pools.append(milp.NodePool(p.name, p.gpu, p.gpus_per_node, p.nodes, mig_enabled=True,
-                                   price_per_gpu=p.price_per_gpu_hour))
-    return pools, held
-
-
-def _mig_part(current: CurrentLayout, pools, held: Mapping[str, int], spec_pools) -> tuple[CurrentLayout, list, list]:
-    """The part of the current layout the MIG re-plan may change, and the pools it plans.
-
-    Nodes of pools that run no MIG are left alone. In a pool whose whole-GPU / tensor-parallel
-    replicas hold GPUs, the listed nodes with the most MIG-off GPUs are theirs until those GPUs
-    are accounted for: they are pinned (kept as they are, their MIG GPUs still usable); GPUs
-    left over are on unlisted nodes, which the re-plan then leaves out. Said in notes."""
-    mig = {p.name: p for p in pools}
-    notes, out, plan_pools = [], [], []
-    aside: dict[str, list[str]] = {}
-    for node in current.nodes:
-        if node.pool not in mig:
-            aside.setdefault(node.pool, []).append(node.name)
-    for pool, names in sorted(aside.items()):
-        notes.append(f"pool {pool} runs no MIG: its listed nodes ({', '.join(names)}) are left alone")
-    index = {name: i for i, name in enumerate(spec_pools)}
-    for name, pool in mig.items():
-        mine = [n for n in current.nodes if n.pool == name]
-        if len(mine) > pool.nodes:
-            raise PlanError(f"the current layout lists {len(mine)} nodes of pool {name!r}, but the spec gives it "
-                            f"{pool.nodes} (cluster.nodePools[{index[name]}].nodes); fix the spec's node count or "
-                            "the current layout", source=current.source, field="nodes")
-        left = held.get(name, 0)
-        pinned = set()
-        for n in sorted(mine, key=lambda n: (-sum(g is None for g in n.gpus), n.name)):
-            off = sum(g is None for g in n.gpus)
-            if left <= 0 or not off:
-                break
-            pinned.add(n.name)
-            left -= off
-        if pinned:
-            notes.append(f"pool {name}: node(s) {', '.join(sorted(pinned))} carry whole-GPU/tensor-parallel "
-                         "replicas (their MIG-off GPUs): the re-plan keeps them as they are")
-        out += [CurrentNode(n.name, n.pool, n.config, n.gpus, n.pods, pinned=n.name in pinned) for n in mine]
-        gone = -(-max(left, 0) // pool.gpus_per_node)   # unlisted nodes those replicas hold
-        gone = min(gone, pool.nodes - len(mine))
-        if gone:
-            notes.append(f"pool {name}: {gone} unlisted node(s) carry whole-GPU/tensor-parallel replicas and are "
-                         "left out of the re-plan")
-        plan_pools.append(replace(pool, nodes=pool.nodes - gone))
-    return CurrentLayout(tuple(out), source=current.source), notes, plan_pools
 
 
 def replan_table(d: Mapping) -> str:

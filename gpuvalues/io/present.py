@@ -3,16 +3,18 @@ MIG layouts). Pure functions of the library's data; nothing here decides anythin
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+import itertools
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from gpuvalues.catalog import get_gpu
 from gpuvalues.io import output
-from gpuvalues.planners import mig
-from gpuvalues.planners.mig import Layout
-from gpuvalues.planners.topology import DEFAULT_TOPOLOGY_KEY
+from gpuvalues.planners.mig import geometry as mig
+from gpuvalues.planners.mig.geometry import Layout
+from gpuvalues.errors import GpuValuesError
+from gpuvalues.planners.scheduling.topology import DEFAULT_LABEL_PREFIX, DEFAULT_TOPOLOGY_KEY, Topology
 
 if TYPE_CHECKING:
-    from gpuvalues.planners.milp import Plan
+    from gpuvalues.planners.mig.milp.model import Plan
     from gpuvalues.fleet import Fleet
 
 _SVG_COLORS = {1: "#9ecae1", 2: "#a1d99b", 3: "#fdd0a2", 4: "#fdae6b", 7: "#bcbddc"}
@@ -154,6 +156,36 @@ def simulate_table(data: Mapping[str, Any]) -> str:
             "scale_downs", "flaps", "max_replicas", "mean_replicas"]
     warn = "".join(f"warning: {w}\n" for w in p.get("warnings", []))
     return head + warn + table(cols, [[row[c] for c in cols] for row in data["behaviors"]])
+
+
+def topology_report(topo: Topology, *, best: int | None = None, available: Iterable[int] | None = None,
+                    prefix: str = DEFAULT_LABEL_PREFIX, key: str = DEFAULT_TOPOLOGY_KEY,
+                    count_nvswitch_links: bool = False) -> dict[str, Any]:
+    """Plain-data summary for `gpuvalues topo`: links, cliques, labels, optional GPU choice."""
+    data: dict[str, Any] = {
+        "gpus": list(topo.gpus),
+        "links": {f"GPU{a}": {f"GPU{b}": topo.link(a, b) for b in topo.gpus if b != a} for a in topo.gpus},
+        "nvlinkCliques": [list(c) for c in topo.nvlink_cliques()],
+        # disjoint groups a tensor-parallel pod's GPUs must stay in; the rest have no NVLink
+        "nvlinkIslands": [list(g) for g in topo.nvlink_islands()],
+        "nvswitch": topo.nvswitch,
+        "numaAffinity": {f"GPU{g}": v for g, v in zip(topo.gpus, topo.numa_affinity)} if topo.numa_affinity else {},
+        "labels": topo.labels(prefix=prefix, key=key),
+    }
+    if best is not None:
+        free = sorted(topo.gpus if available is None else set(available))
+        if not 1 <= best <= len(free):
+            raise GpuValuesError(f"asked for {best} GPUs, but {len(free)} are available "
+                                 f"({', '.join(map(str, free)) or 'none'}); ask for 1 to {len(free)}",
+                                 field="best")
+        chosen, exact, bound = topo.best_gpu_choice(best, available, count_nvswitch_links=count_nvswitch_links)
+        data["bestGpuSet"] = {"size": best, "gpus": list(chosen),
+                              "score": sum(topo.pair_score(a, b, count_nvswitch_links=count_nvswitch_links)
+                                           for a, b in itertools.combinations(chosen, 2)),
+                              "nvswitchLinksScored": count_nvswitch_links or not topo.nvswitch,
+                              # False past MAX_SEARCH_STATES: a greedy set, its score <= the bound
+                              "exact": exact, "scoreUpperBound": bound}
+    return data
 
 
 def topology_table(data: dict) -> str:

@@ -7,9 +7,10 @@ from typing import Any, Mapping, Sequence
 from gpuvalues.bundle import TRACES as TRACES_DIR
 from gpuvalues.errors import CapacityError, GpuValuesError, OutputError, ToolNotFoundError
 from gpuvalues.io.files import write_atomic
-from gpuvalues.planners.hpa import HPA
-from gpuvalues.planners.simulate import BUILTIN_TRACES, SimResult, Trace, builtin_behaviors, parse_trace
-from gpuvalues.yamlio import parse_yaml, read_input
+from gpuvalues.planners.autoscaling.hpa import HPA
+from gpuvalues.planners.autoscaling.simulate import BUILTIN_TRACES, SimResult, Trace, builtin_behaviors, parse_trace
+from gpuvalues.yamlio.loader import parse_yaml
+from gpuvalues.yamlio.inputs import read_input
 
 
 def _read_text(path: str | Path, expected: str, *, shown: str | None = None,

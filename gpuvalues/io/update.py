@@ -20,7 +20,8 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from gpuvalues import yamlio
+from gpuvalues.yamlio.inputs import STDIN, decode, read_source
+from gpuvalues.yamlio.loader import NotRepresentable, format_path, helm_scalar, load_text
 from gpuvalues.checks.rules import VALUES_SCHEMA, Finding, check_values, values_findings, warnings_or_raise
 from gpuvalues.errors import SpecError
 from gpuvalues.io.files import check_writable, locked, write_atomic
@@ -57,7 +58,7 @@ def parse_value(text: str) -> Any:
     (any case), base-10 integers not starting with 0 (and 0 itself); anything else,
     including `yes`, `0755` and `1.5`, is a string. `[..]`/`{..}` are read as flow YAML."""
     if text.startswith(("[", "{")):
-        return yamlio.load_text(text, "--set").data
+        return load_text(text, "--set").data
     low = text.lower()
     if low in ("true", "false"):
         return low == "true"
@@ -144,9 +145,9 @@ def _to_node(value: Any, like: Any = None) -> Any:
         if isinstance(like, DoubleQuotedScalarString):
             return DoubleQuotedScalarString(value)
         try:
-            ambiguous = yamlio.helm_scalar(value) != value or \
-                not isinstance(yamlio.helm_scalar(value), str)
-        except yamlio.NotRepresentable:
+            ambiguous = helm_scalar(value) != value or \
+                not isinstance(helm_scalar(value), str)
+        except NotRepresentable:
             ambiguous = True
         if ambiguous or value != value.strip() or any(c in value for c in ":#{}[],&*!|>'\"%@`") \
                 or "\n" in value:
@@ -161,7 +162,7 @@ def _set(root: Any, path: tuple, value: Any) -> None:
     node = root
     for i, key in enumerate(path[:-1]):
         nxt = path[i + 1]
-        where = yamlio.format_path(path[:i + 1])
+        where = format_path(path[:i + 1])
         if isinstance(key, int):
             if not isinstance(node, list) or key > len(node):
                 raise SpecError(f"no list item [{key}] here (the list has "
@@ -186,7 +187,7 @@ def _set(root: Any, path: tuple, value: Any) -> None:
     if isinstance(last, int):
         if last > len(node):
             raise SpecError(f"list has {len(node)} items; can set [0..{len(node)}]",
-                            field=yamlio.format_path(path))
+                            field=format_path(path))
         if last == len(node):
             node.append(_to_node(value))
         else:
@@ -208,7 +209,7 @@ def apply_updates(text: str, updates: Mapping[str, Any], source: str = "values.y
     try:
         root = yaml.load(text)
     except Exception as exc:
-        yamlio.load_text(text, source, allow_empty=True)
+        load_text(text, source, allow_empty=True)
         raise SpecError(f"cannot edit: {exc}", source=source) from None
     if root is None:
         from ruamel.yaml.comments import CommentedMap
@@ -285,9 +286,9 @@ def update_values(path: str | Path, updates: Mapping[str, Any], *,
     if typed:
         from gpuvalues.schemas import load_schema
         updates = schema_typed(updates, load_schema(schema_path))
-    if str(path) == yamlio.STDIN:
+    if str(path) == STDIN:
         raise SpecError("update edits a file in place; it cannot read stdin ('-')")
-    raw, source = yamlio.read_source(path)       # refuses FIFOs, devices, huge files first
+    raw, source = read_source(path)       # refuses FIFOs, devices, huge files first
     check_writable(path)
     with locked(path):
         return _update_locked(path, updates, schema_path=schema_path, validate=validate,
@@ -296,11 +297,11 @@ def update_values(path: str | Path, updates: Mapping[str, Any], *,
 
 def _update_locked(path: str | Path, updates: Mapping[str, Any], *, schema_path: str | Path,
                    validate: bool, semantic: bool) -> list[Finding]:
-    raw, source = yamlio.read_source(path)       # again: the file as it is under the lock
-    text = yamlio.decode(raw, source)
-    yamlio.load_text(text, source, allow_empty=True)     # positioned errors for bad YAML
+    raw, source = read_source(path)       # again: the file as it is under the lock
+    text = decode(raw, source)
+    load_text(text, source, allow_empty=True)     # positioned errors for bad YAML
     new_text = apply_updates(text, updates, source)
-    loaded = yamlio.load_text(new_text, source, allow_empty=True)
+    loaded = load_text(new_text, source, allow_empty=True)
     warnings: list[Finding] = []
     for key, value in updates.items():
         p = parse_path(key) if isinstance(key, str) else tuple(key)
@@ -309,7 +310,7 @@ def _update_locked(path: str | Path, updates: Mapping[str, Any], *, schema_path:
                 isinstance(got, (int, float)) and isinstance(value, (int, float))
                 and not isinstance(value, bool)):
             raise SpecError(f"Helm would read the new value as {got!r}, not {value!r}",
-                            source=source, field=yamlio.format_path(p))
+                            source=source, field=format_path(p))
     if validate:
         warnings = warnings_or_raise(values_findings(loaded, schema_path=schema_path) if semantic
                                      else check_values(loaded, schema_path=schema_path))

@@ -691,7 +691,8 @@ def api_client_for(kubeconfig: str | None, context: str | None, timeout_s: float
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
-    from gpuvalues import yamlio
+    from gpuvalues.yamlio.inputs import decode, read_input
+    from gpuvalues.yamlio.loader import parse_yaml
 
     try:
         path = kubeconfig or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or None
@@ -701,9 +702,9 @@ def api_client_for(kubeconfig: str | None, context: str | None, timeout_s: float
             cfg = client.Configuration()
             config.load_incluster_config(client_configuration=cfg)
             return _with_deadlines(client.ApiClient(cfg), timeout_s)
-        data, source = yamlio.read_input(path, error=RemediateError, expected="a kubeconfig file",
+        data, source = read_input(path, error=RemediateError, expected="a kubeconfig file",
                                          max_bytes=4 * 2**20)
-        doc = yamlio.parse_yaml(yamlio.decode(data, source), source=source, error=RemediateError)
+        doc = parse_yaml(decode(data, source), source=source, error=RemediateError)
         if not isinstance(doc, dict):
             raise RemediateError("not a kubeconfig (a YAML mapping)", source=source)
         from kubernetes.config.kube_config import KubeConfigLoader
@@ -772,10 +773,10 @@ def config_schema() -> dict:
 def load_config(path: str) -> dict:
     """Read the YAML config through the project's reader (a regular file, bounded) and
     check it against the schema; the first error is one line naming file:line:col and field."""
-    from gpuvalues import yamlio
+    from gpuvalues.yamlio.loader import load_mapping
     from gpuvalues.checks.rules import schema_findings
 
-    loaded = yamlio.load_mapping(path, allow_empty=True, what="remediation config")
+    loaded = load_mapping(path, allow_empty=True, what="remediation config")
     data = loaded.data if loaded.data is not None else {}
     if not data:
         return {}

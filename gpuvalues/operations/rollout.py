@@ -234,11 +234,11 @@ def _no_duplicates(pairs):
 def parse_replan_text(text: str, source: str) -> Any:
     """The data of a re-plan file (JSON, as `gpuvalues --output json replan` prints, or YAML),
     or a placed RolloutInputError: syntax, duplicate keys, NaN/Infinity, numbers too long."""
-    from gpuvalues import yamlio
+    from gpuvalues.yamlio.loader import parse_yaml
 
     if not text.lstrip().startswith(("{", "[")):
         try:
-            return yamlio.parse_yaml(text, source=source, error=RolloutInputError)
+            return parse_yaml(text, source=source, error=RolloutInputError)
         except RolloutInputError as exc:
             raise RolloutInputError(exc.message, source=source, line=exc.line or 1, column=exc.column or 1,
                                     field="(root)", code="GV046") from None
@@ -300,7 +300,7 @@ def replan_changes(data: Any, *, source: str | None = None, text: str = "",
     from gpuvalues.catalog import parse_profile_name
     from gpuvalues.errors import CatalogError, MigPartedConfigError
     from gpuvalues.kube import is_dns_subdomain, is_label_key, is_label_value
-    from gpuvalues.planners.migparted import validate_mig_parted_config
+    from gpuvalues.planners.mig.migparted import validate_mig_parted_config
 
     def fail(path: tuple, message: str, code: str = "GV046"):
         raise _placed(source, text, path, message, code)
@@ -410,11 +410,11 @@ def replan_changes(data: Any, *, source: str | None = None, text: str = "",
 def load_replan(path: str, *, need_configs: bool = False) -> ReplanFile:
     """Read and check a re-plan file (the project's safe reader: a regular file up to 16 MiB,
     UTF-8); every problem is one placed RolloutInputError."""
-    from gpuvalues import yamlio
+    from gpuvalues.yamlio.inputs import decode, read_input
 
-    data, source = yamlio.read_input(path, error=RolloutInputError, expected="a re-plan JSON file")
+    data, source = read_input(path, error=RolloutInputError, expected="a re-plan JSON file")
     try:
-        text = yamlio.decode(data, source)
+        text = decode(data, source)
     except GpuValuesError as exc:     # a bad byte or a NUL: placed by yamlio, coded here
         raise RolloutInputError(exc.message, source=source, line=exc.line or 1, column=exc.column or 1,
                                 field="(root)", code="GV046") from None
@@ -948,14 +948,14 @@ def apply_mig_parted_config(core, namespace: str, name: str, cfg: Mapping, key: 
     already there under other names are kept. Returns the config names written."""
     from kubernetes.client.exceptions import ApiException
 
-    from gpuvalues import yamlio
+    from gpuvalues.yamlio.loader import parse_yaml
 
     try:
         cm = json.loads(core.read_namespaced_config_map(name, namespace, _preload_content=False).data)
     except ApiException as exc:
         raise RolloutError(f"configmap {namespace}/{name}: {exc.status} {exc.reason}") from None
     # what is in the cluster is read as untrusted as a file (aliases bounded, one document)
-    current = yamlio.parse_yaml((cm.get("data") or {}).get(key) or "", source=f"configmap/{namespace}/{name}",
+    current = parse_yaml((cm.get("data") or {}).get(key) or "", source=f"configmap/{namespace}/{name}",
                                 error=RolloutInputError) or {"version": "v1", "mig-configs": {}}
     if not isinstance(current, dict) or not isinstance(current.get("mig-configs") or {}, dict):
         raise RolloutInputError(f"its {key} is not a mig-parted config (version, mig-configs): fix or replace it",

@@ -10,7 +10,7 @@ from gpuvalues.bundle import chart_dir
 from gpuvalues.errors import RenderError
 from gpuvalues.kube import DEFAULT_KUBE_VERSION, supported_kube_minor
 from gpuvalues.render.tools import find_helm
-from gpuvalues.yamlio import parse_yaml
+from gpuvalues.yamlio.loader import parse_yaml
 
 
 def helm_template(values: dict, *, chart: str | os.PathLike | None = None, helm: str | None = None,

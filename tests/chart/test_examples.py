@@ -97,7 +97,7 @@ def test_example_renders_and_validates(helm, path, workload):
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_fleet_renders_with_unique_names_and_schedules(helm4, path):
     """Every release of the fleet (platform + one per workload) renders; no two objects of
-    one kind share a namespace and name; gpuvalues.planners.fit replays the scheduler's
+    one kind share a namespace and name; gpuvalues.planners.scheduling.fit replays the scheduler's
     filters for all releases together on the fleet's nodes: min and max replicas schedule."""
     spec = load_spec(path)
     fleet = build_checked(spec)

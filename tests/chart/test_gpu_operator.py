@@ -22,7 +22,7 @@ from gpuvalues.checks.spec import spec_from_text
 from gpuvalues.fleet import build_fleet, producers
 from gpuvalues.fleet.releases import ALL_DISABLED, GPU_OPERATOR_VERSION
 from gpuvalues.planners.deviceplugin import CONFIG_LABEL, validate_device_plugin_config
-from gpuvalues.planners.migparted import MIG_CONFIG_LABEL, validate_mig_parted_config
+from gpuvalues.planners.mig.migparted import MIG_CONFIG_LABEL, validate_mig_parted_config
 from tests.chart.chartlib import HELMS, by_kind, crd_errors, render
 from tests.conftest import ROOT
 

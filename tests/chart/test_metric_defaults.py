@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from gpuvalues.errors import CapacityError
-from gpuvalues.planners.autoscaling import choose_metric
+from gpuvalues.planners.autoscaling.capacity import choose_metric
 from tests.chart.chartlib import by_kind, template
 from tests.chart.test_workload import _combo_values
 

@@ -22,7 +22,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuvalues import catalog, yamlio
+from gpuvalues import catalog
+from gpuvalues.yamlio.loader import load_text
 from gpuvalues.checks.fleet import build_checked
 from gpuvalues.checks.spec import parse_spec
 from gpuvalues.errors import GpuValuesError
@@ -150,7 +151,7 @@ def _one_spec(spec, style, helm4):
     Tally.cases += 1
     text = yaml.safe_dump(spec, default_flow_style=(style == "flow"), sort_keys=False)
     try:
-        loaded = yamlio.load_text(text, "gen.yaml")
+        loaded = load_text(text, "gen.yaml")
         parsed = parse_spec(loaded)
         built = build_checked(parsed).releases
     except GpuValuesError as exc:

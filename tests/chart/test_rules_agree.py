@@ -42,10 +42,10 @@ def test_the_agreement_check_can_fail(helm4):
 def test_literal_credential_rule_helm_and_validate_agree(helm4, name):
     # one home: values.schema.json $defs.envVar "not"; helm's Go regexp and the Python
     # schema check must read its pattern alike (issue 23: validate passed what render refused)
-    from gpuvalues import yamlio
+    from gpuvalues.yamlio.loader import Loaded
     from gpuvalues.checks.rules import check_values, errors_only
     values = {"extraEnv": [{"name": name, "value": "x"}]}
     proc = template(helm4, values=values)
     assert proc.returncode == 0 or "'not' failed" in proc.stderr, proc.stderr
-    loaded = yamlio.Loaded(values, "v", "", {}, {}, ())
+    loaded = Loaded(values, "v", "", {}, {}, ())
     assert (proc.returncode != 0) == bool(errors_only(check_values(loaded))), name

@@ -189,7 +189,7 @@ def _metrics_via_interface(helm: str, tmp_path: Path, set_values: dict) -> list[
     return yaml.safe_load(cm["data"]["metrics"])
 
 
-# Hand-written from the rules (same as gpuvalues.planners.autoscaling's metric choice).
+# Hand-written from the rules (same as gpuvalues.planners.autoscaling.capacity's metric choice).
 DEFAULT_METRICS = [
     ({}, [{"name": "DCGM_FI_DEV_GPU_UTIL", "target": "70"}]),
     ({**TRITON}, [{"name": "DCGM_FI_DEV_GPU_UTIL", "target": "70"}]),
@@ -505,7 +505,7 @@ def test_gpu_request_from_a_values_file_is_compared_as_a_number(helm, tmp_path):
 def test_default_behavior_is_the_librarys_recommendation():
     # The chart's default equals what gpuvalues recommends (and `gpuvalues simulate` measures)
     # for a 120 s model start-up.
-    from gpuvalues.planners.autoscaling import recommended_behavior
+    from gpuvalues.planners.autoscaling.capacity import recommended_behavior
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert values["autoscaling"]["behavior"] == recommended_behavior(120.0)
 

@@ -10,7 +10,8 @@ import json
 import pytest
 import yaml
 
-from gpuvalues import yamlio
+from gpuvalues.errors import SpecError
+from gpuvalues.yamlio.loader import load_yaml
 from tests.conftest import run
 from tests.unit.test_yamlio import HELM_TYPES
 
@@ -49,7 +50,7 @@ def test_helm_reads_scalars_as_yamlio_says(helm, typing_chart, tmp_path):
     cm = yaml.safe_load(proc.stdout)
     out = json.loads(cm["data"]["out"])
     kinds = json.loads(cm["data"]["kinds"])
-    ours = yamlio.load_yaml(values).data["s"]
+    ours = load_yaml(values).data["s"]
     for key, text in keys.items():
         helm_value, kind = out.get(key), kinds[key]
         mine = ours[key]
@@ -69,5 +70,5 @@ def test_helm_rejects_what_yamlio_rejects(helm, typing_chart, tmp_path):
     values.write_text("s:\n  a: .inf\n")
     proc = run([helm, "template", "t", str(typing_chart), "-f", str(values)])
     assert proc.returncode != 0 and "Inf" in proc.stderr
-    with pytest.raises(yamlio.SpecError):
-        yamlio.load_yaml(values)
+    with pytest.raises(SpecError):
+        load_yaml(values)

@@ -126,7 +126,7 @@ def kube(e2e_cluster, helm4) -> Kube:
 def pool(kube):
     """add(name, nodes) creates extra fake GPU nodes labelled e2e.gpu-inference/pool=<name>
     (an isolated node pool for one test); they are deleted afterwards."""
-    from gpuvalues.planners.inventory import Inventory
+    from gpuvalues.planners.scheduling.inventory import Inventory
 
     created: list[str] = []
 

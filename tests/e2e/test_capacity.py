@@ -13,7 +13,7 @@ import collections
 
 import pytest
 
-from gpuvalues.planners.fit import fit
+from gpuvalues.planners.scheduling.fit import fit
 from tests.e2e import e2elib
 from tests.e2e.e2elib import CHART
 

@@ -13,7 +13,7 @@ from gpuvalues.checks.spec import load_spec
 from gpuvalues.fleet import build_fleet
 from gpuvalues.fleet.spec import GROUP_LABEL
 from gpuvalues.pipeline import label_commands
-from gpuvalues.planners.inventory import Inventory
+from gpuvalues.planners.scheduling.inventory import Inventory
 from tests.conftest import ROOT, TOOLS
 from tests.e2e.conftest import harness
 

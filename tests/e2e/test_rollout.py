@@ -32,7 +32,7 @@ from functools import lru_cache
 import yaml
 
 from gpuvalues.operations.rollout import EVENT_COMPONENT, MIG_CONFIG_LABEL, MIG_STATE_LABEL, ROLLOUT_ANNOTATION
-from gpuvalues.planners.inventory import Inventory
+from gpuvalues.planners.scheduling.inventory import Inventory
 from tests.e2e.conftest import POOL, harness
 
 CONFIGS = {
@@ -179,8 +179,8 @@ def _running(kube, ns, pool, names, start, tmp_path, small_min: int):
             "pods": len(pods_on[n])} for n in names}}
     (tmp_path / "current.yaml").write_text(yaml.safe_dump(current))
     from gpuvalues.io.current import load_current
-    from gpuvalues.planners.milp import ModelDemand, NodePool
-    from gpuvalues.planners.replan import replan
+    from gpuvalues.planners.mig.milp.model import ModelDemand, NodePool
+    from gpuvalues.planners.mig.replan import replan
     pools = [NodePool(pool, "A100-80GB", 1, 3)]
     r = replan([ModelDemand("small", replicas=7, memory_gb=8), ModelDemand("mid", replicas=3, memory_gb=35)],
                pools, load_current(tmp_path / "current.yaml", pools))

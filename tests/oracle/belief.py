@@ -39,8 +39,8 @@ def validate_device_plugin_config(cfg) -> dict:
 
 def validate_mig_parted_config(cfg) -> dict:
     """The project's mig-parted config validator: {"ok", "error"}.
-    Wraps gpuvalues.planners.migparted.validate_mig_parted_config."""
-    from gpuvalues.planners import migparted
+    Wraps gpuvalues.planners.mig.migparted.validate_mig_parted_config."""
+    from gpuvalues.planners.mig import migparted
     try:
         migparted.validate_mig_parted_config(cfg)
     except Exception as exc:

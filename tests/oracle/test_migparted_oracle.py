@@ -1,6 +1,6 @@
 """Every mig-parted config the project emits, checked by the real `nvidia-mig-parted
 assert --valid-config` per named config; and the project's own mig-parted validator
-(gpuvalues.planners.migparted, through belief.py) compared with it on generated mutations."""
+(gpuvalues.planners.mig.migparted, through belief.py) compared with it on generated mutations."""
 from __future__ import annotations
 
 import copy
@@ -85,7 +85,7 @@ def test_negative_control_mig_parted_rejects(cfg, selected):
 @pytest.mark.parametrize(("cfg", "selected"), [pytest.param(c, s, id=i) for i, c, s in _mutations()
                                                if s != "absent"])
 def test_project_validator_rejects_what_upstream_rejects(cfg, selected):
-    """gpuvalues.planners.migparted mirrors mig-parted api/spec/v1/spec.go: whatever upstream
+    """gpuvalues.planners.mig.migparted mirrors mig-parted api/spec/v1/spec.go: whatever upstream
     refuses, the project refuses too (with its one-line error)."""
     got = belief.validate_mig_parted_config(cfg)
     assert not got["ok"], f"the project accepts a config nvidia-mig-parted rejects: {cfg}"

@@ -1,4 +1,4 @@
-"""Metric choice, Erlang C and the capacity model (gpuvalues.planners.autoscaling).
+"""Metric choice, Erlang C and the capacity model (gpuvalues.planners.autoscaling.capacity).
 
 Oracles are independent of the code under test: Erlang C by its closed formula in exact
 rational arithmetic, Erlang B against the published 1% grade-of-service table, replica
@@ -12,8 +12,9 @@ from fractions import Fraction
 import pytest
 
 from gpuvalues.errors import CapacityError, GpuValuesError
-from gpuvalues.planners import autoscaling, hpa
-from gpuvalues.planners.autoscaling import (
+from gpuvalues.planners.autoscaling import capacity as autoscaling
+from gpuvalues.planners.autoscaling import hpa
+from gpuvalues.planners.autoscaling.capacity import (
     CapacityPlan,
     choose_metric,
     erlang_b,

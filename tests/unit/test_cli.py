@@ -290,7 +290,7 @@ def test_plan_and_values_emit_byte_identical_node_sides(capsys, tmp_path, path):
 
 def test_simulate_scale_to_zero_trade(capsys):
     """`simulate --scale-to-zero`: one row per cooldown, GPU-hours saved vs requests that
-    waited for a cold start (gpuvalues.planners.simulate.scale_to_zero)."""
+    waited for a cold start (gpuvalues.planners.autoscaling.simulate.scale_to_zero)."""
     code, out, _ = gv(capsys, "simulate", "spike", "--replica-rps", "2", "--startup-s", "120",
                       "--scale-to-zero", "300,1800", "--output", "json")
     assert code == 0

@@ -8,7 +8,7 @@ import pytest
 from gpuvalues.errors import GpuValuesError
 from gpuvalues.io.current import load_current, split_node
 from gpuvalues.catalog import get_gpu
-from gpuvalues.planners.milp import NodePool
+from gpuvalues.planners.mig.milp.model import NodePool
 from tests.unit.oracles import replicas_oracle
 
 POOLS = [NodePool("a100", "A100-80GB", 4, 3), NodePool("h100", "H100-80GB-SXM", 2, 1)]

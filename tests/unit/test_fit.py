@@ -1,4 +1,4 @@
-"""gpuvalues.planners.fit: scheduler filters on hand-built clusters with known answers, and a
+"""gpuvalues.planners.scheduling.fit: scheduler filters on hand-built clusters with known answers, and a
 brute-force reference (every assignment of pods to nodes) for small random clusters.
 
 Messages are the scheduler's own (pkg/scheduler/framework/plugins: noderesources
@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from gpuvalues.errors import CapacityError
 from gpuvalues.io.present import fit_table as report_table
-from gpuvalues.planners.fit import fit, fit_error, load_manifests, workloads_from_manifests
-from gpuvalues.planners.inventory import Inventory, Node, Taint
+from gpuvalues.planners.scheduling.fit import fit, fit_error, load_manifests, workloads_from_manifests
+from gpuvalues.planners.scheduling.inventory import Inventory, Node, Taint
 from tests.unit.corrupt import corrupt
 
 GPU = "nvidia.com/gpu"
@@ -550,7 +550,7 @@ def dra_deployment(name="llm", replicas=1, template="gpus"):
 
 def dra_node(name="a", gpus=8):
     # a DRA node: the device plugin is off (no nvidia.com/* allocatable); GFD counts its GPUs
-    from gpuvalues.planners.inventory import GpuInfo
+    from gpuvalues.planners.scheduling.inventory import GpuInfo
     return Node(name=name, labels={"nvidia.com/gpu.count": str(gpus)}, gpu=GpuInfo(count=gpus))
 
 

@@ -8,13 +8,15 @@ from fractions import Fraction
 import pytest
 
 import gpuvalues
-from gpuvalues import yamlio
+from gpuvalues.yamlio.loader import Loaded, load_yaml
 from gpuvalues.checks.fleet import build_checked, check_fleet, served_metric_names
 from gpuvalues.checks.rules import check_values
 from gpuvalues.checks.spec import load_spec, spec_from_text
 from gpuvalues.errors import ValidationFailed, errors_only
 from gpuvalues.fleet import build_fleet, expected_nodes
-from gpuvalues.planners import deviceplugin, mig, migparted
+from gpuvalues.planners import deviceplugin
+from gpuvalues.planners.mig import geometry as mig
+from gpuvalues.planners.mig import migparted
 from tests.conftest import ROOT
 from tests.unit.oracles import replicas_oracle
 
@@ -57,7 +59,7 @@ def test_builtin_example_whole_gpus():
     assert pv["platform"]["prometheusAdapter"]["metrics"] == [{"name": "vllm:num_requests_waiting"}]
     assert fleet.layout.mig_parted is None
     for r in fleet.releases:     # what the fleet returns passes the chart's own schema
-        assert errors_only(check_values(yamlio.Loaded(dict(r.values), "v", "", {}, {}, ()))) == []
+        assert errors_only(check_values(Loaded(dict(r.values), "v", "", {}, {}, ()))) == []
 
 
 def test_max_replicas_capped_by_the_pool_with_a_warning():
@@ -444,7 +446,7 @@ def test_dra_pools_opt_out_of_the_device_plugin():
             for n in nodes} == {"dra-001": {}, "dra-002": {}, "plugin-001": {"nvidia.com/gpu": 4},
                                 "plugin-002": {"nvidia.com/gpu": 4}}
     # the label the chart's device plugin DaemonSet honours by default is this one
-    chart = yamlio.load_yaml(ROOT / "charts" / "gpu-inference" / "values.yaml").data
+    chart = load_yaml(ROOT / "charts" / "gpu-inference" / "values.yaml").data
     assert chart["platform"]["devicePlugin"]["nodeOptOutLabel"] == deviceplugin.DEPLOY_LABEL
     only_dra = fleet_of(EXAMPLES / "dra-fleet.yaml")
     assert only_dra.platform.values["platform"]["devicePlugin"]["enabled"] is False

@@ -13,11 +13,12 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuvalues import yamlio
+from gpuvalues.yamlio.writer import dump
 from gpuvalues.bundle import SCHEMAS
 from gpuvalues.errors import CapacityError
-from gpuvalues.planners import autoscaling, simulate
-from gpuvalues.planners.topology import MAX_SEARCH_STATES, allocate_best_effort
+from gpuvalues.planners.autoscaling import capacity as autoscaling
+from gpuvalues.planners.autoscaling import simulate
+from gpuvalues.planners.scheduling.topology import MAX_SEARCH_STATES, allocate_best_effort
 from tests.unit.cost import lines_run
 from tests.unit.test_topology import _go_brute_force
 
@@ -178,7 +179,7 @@ _data = st.recursive(_scalars, lambda kids: st.one_of(
 @settings(max_examples=400, deadline=None)
 @given(_data)
 def test_fast_dump_is_pyyamls_text(data):
-    assert yamlio.dump(data) == yaml.dump(data, Dumper=yaml.SafeDumper, sort_keys=False,
+    assert dump(data) == yaml.dump(data, Dumper=yaml.SafeDumper, sort_keys=False,
                                           allow_unicode=True, default_flow_style=False)
 
 
@@ -187,15 +188,15 @@ def test_fast_dump_is_pyyamls_text(data):
     st.lists(kids, max_size=3), st.dictionaries(_any_text, kids, max_size=3)), max_leaves=12))
 def test_dump_of_any_text_is_pyyamls_text(data):
     """Strings with blanks, unicode or long runs take PyYAML's own path: same text too."""
-    assert yamlio.dump(data) == yaml.dump(data, Dumper=yaml.SafeDumper, sort_keys=False,
+    assert dump(data) == yaml.dump(data, Dumper=yaml.SafeDumper, sort_keys=False,
                                           allow_unicode=True, default_flow_style=False)
 
 
 def test_shared_objects_keep_pyyamls_anchors():
     shared = {"a": 1}
     data = {"x": shared, "y": shared}
-    assert yamlio.dump(data) == yaml.safe_dump(data, sort_keys=False)
-    assert "&id001" in yamlio.dump(data)
+    assert dump(data) == yaml.safe_dump(data, sort_keys=False)
+    assert "&id001" in dump(data)
 
 
 # ---------------------------------------------------------------------------- schema ranges

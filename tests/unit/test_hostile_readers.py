@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuvalues import kube, yamlio
+from gpuvalues import kube
+from gpuvalues.yamlio.loader import parse_yaml
 from gpuvalues.errors import GpuValuesError, InventoryError
-from gpuvalues.io import cluster
-from gpuvalues.planners import topology
+from gpuvalues.io import cluster, present
+from gpuvalues.planners.scheduling import topology
 
 _JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
                      lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
@@ -55,10 +56,10 @@ def test_json_duplicates_are_placed():
 
 def test_yaml_duplicate_keys_refused_in_data_files():
     with pytest.raises(GpuValuesError) as exc:
-        yamlio.parse_yaml("a: 1\nb:\n  c: 1\n  c: 2\n", source="f", unique_keys=True)
+        parse_yaml("a: 1\nb:\n  c: 1\n  c: 2\n", source="f", unique_keys=True)
     assert exc.value.code == "GV039" and (exc.value.line, exc.value.column) == (4, 3)
-    assert yamlio.parse_yaml("a: 1\nb:\n  c: 1\n  c: 2\n") == {"a": 1, "b": {"c": 2}}       # the old reading
-    assert yamlio.parse_yaml("x: &m {k: 1}\ny: {<<: *m, k: 2}\n", unique_keys=True)["y"] == {"k": 2}
+    assert parse_yaml("a: 1\nb:\n  c: 1\n  c: 2\n") == {"a": 1, "b": {"c": 2}}       # the old reading
+    assert parse_yaml("x: &m {k: 1}\ny: {<<: *m, k: 2}\n", unique_keys=True)["y"] == {"k": 2}
 
 
 # apimachinery/pkg/util/validation/validation.go, as written there
@@ -88,7 +89,7 @@ def test_labels_as_the_api_server_validates_them(prefix, name, value):
 
 
 def test_quantities_and_counts_are_bounded():
-    from gpuvalues.planners.inventory import resource_amount, gpu_info_from_labels
+    from gpuvalues.planners.scheduling.inventory import resource_amount, gpu_info_from_labels
 
     with pytest.raises(InventoryError, match="out of range"):
         resource_amount("cpu", "1e400")
@@ -153,8 +154,8 @@ def test_a_greedy_answer_says_so_with_its_bound():
     links = tuple(tuple("X" if i == j else ("NV4" if i // 2 == j // 2 else "SYS") for j in range(n))
                   for i in range(n))
     topo = topology.Topology(gpus=tuple(range(n)), links=links)
-    report = topology.topology_report(topo, best=2)["bestGpuSet"]
+    report = present.topology_report(topo, best=2)["bestGpuSet"]
     assert report["gpus"] == [0, 1] and report["exact"] is False and report["scoreUpperBound"] >= report["score"]
     small = topology.Topology(gpus=tuple(range(8)), links=tuple(r[:8] for r in links[:8]))
-    exact = topology.topology_report(small, best=2)["bestGpuSet"]
+    exact = present.topology_report(small, best=2)["bestGpuSet"]
     assert exact["exact"] is True and exact["scoreUpperBound"] == exact["score"]

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuvalues import cli, yamlio
+from gpuvalues import cli
+from gpuvalues.yamlio.inputs import MAX_INPUT_BYTES, read_input
+from gpuvalues.yamlio.loader import check_aliasing, load_text, parse_yaml
 from gpuvalues.errors import MAX_MESSAGE, SpecError
 
 SPEC = """\
@@ -62,7 +64,7 @@ def test_fifo_refused_without_blocking(tmp_path):
     fifo = tmp_path / "spec.yaml"
     os.mkfifo(fifo)
     result: list = []
-    t = threading.Thread(target=lambda: result.append(_catch(yamlio.read_input, fifo)))
+    t = threading.Thread(target=lambda: result.append(_catch(read_input, fifo)))
     t.daemon = True
     t.start()
     t.join(5)
@@ -81,23 +83,23 @@ def _catch(fn, *a):
 
 def test_devices_refused():
     with pytest.raises(SpecError, match="is a character device"):
-        yamlio.read_input("/dev/zero")
+        read_input("/dev/zero")
 
 
 def test_directory_refused(tmp_path):
     with pytest.raises(SpecError, match="is a directory"):
-        yamlio.read_input(tmp_path)
+        read_input(tmp_path)
 
 
 def test_size_limit(tmp_path):
     big = tmp_path / "big.yaml"
     with open(big, "wb") as f:
-        f.truncate(yamlio.MAX_INPUT_BYTES + 1)          # sparse: no 16 MiB written
+        f.truncate(MAX_INPUT_BYTES + 1)          # sparse: no 16 MiB written
     with pytest.raises(SpecError, match=r"is 16\.0 MiB; gpuvalues reads files up to 16 MiB"):
-        yamlio.read_input(big)
+        read_input(big)
     ok = tmp_path / "ok.yaml"
     ok.write_text("a: 1\n")
-    assert yamlio.read_input(ok) == (b"a: 1\n", str(ok))   # control
+    assert read_input(ok) == (b"a: 1\n", str(ok))   # control
 
 
 def test_cli_values_on_dev_zero_is_one_line(capsys, tmp_path):
@@ -113,7 +115,7 @@ def test_alias_bomb_fails_fast_and_small():
     # memory, not time, is the measure here: the 9x9 bomb expanded would be 9^9 nodes
     tracemalloc.start()
     with pytest.raises(SpecError, match="excessive aliasing") as err:
-        yamlio.load_text(bomb(), "bomb.yaml")
+        load_text(bomb(), "bomb.yaml")
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert peak < 100 * 2**20, peak
@@ -124,20 +126,20 @@ def test_alias_limit_is_goyamls_ratio():
     """Below go-yaml's thresholds aliases are fine: 100 alias decodes or 1000 decodes never
     fail (decode.go: aliasCount > 100 && decodeCount > 1000 && ratio > allowed)."""
     small = bomb(levels=3, width=9)           # 9*9*9 = 729 aliased scalars
-    assert len(yamlio.load_text(small, "s.yaml").data["c"]) == 9
-    assert yamlio.check_aliasing is not None
+    assert len(load_text(small, "s.yaml").data["c"]) == 9
+    assert check_aliasing is not None
     with pytest.raises(SpecError, match="excessive aliasing"):
-        yamlio.load_text(bomb(levels=5, width=9), "b.yaml")     # 9^5 = 59,049 decodes
+        load_text(bomb(levels=5, width=9), "b.yaml")     # 9^5 = 59,049 decodes
 
 
 def test_parse_yaml_refuses_bombs_too():
     with pytest.raises(SpecError, match="excessive aliasing"):
-        yamlio.parse_yaml(bomb(), source="inv.yaml", error=SpecError)
+        parse_yaml(bomb(), source="inv.yaml", error=SpecError)
 
 
 def test_recursive_anchor_refused_not_hung():
     with pytest.raises(SpecError, match="excessive aliasing|nested more than"):
-        yamlio.load_text("a: &a [*a, *a]\n", "r.yaml")
+        load_text("a: &a [*a, *a]\n", "r.yaml")
 
 
 # ---------------------------------------------------------------------------- merge keys
@@ -164,16 +166,16 @@ MERGE_HELM = {"a": {"true": 2, "x": 1, "z": 3}, "b": {"true": 2, "x": 0, "z": 3}
 
 
 def test_merge_keys_as_helm_reads_them():
-    assert yamlio.load_text(MERGE_YAML, "m.yaml").data == MERGE_HELM
+    assert load_text(MERGE_YAML, "m.yaml").data == MERGE_HELM
 
 
 def test_merge_of_a_scalar_is_an_error():
     with pytest.raises(SpecError, match="map merge requires map or sequence of maps"):
-        yamlio.load_text("a:\n  <<: 3\n", "m.yaml")
+        load_text("a:\n  <<: 3\n", "m.yaml")
 
 
 def test_quoted_merge_key_is_a_plain_key():
-    assert yamlio.load_text('"<<": {a: 1}\n', "m.yaml").data == {"<<": {"a": 1}}
+    assert load_text('"<<": {a: 1}\n', "m.yaml").data == {"<<": {"a": 1}}
 
 
 def test_spec_with_merge_keys_validates(capsys, tmp_path):

@@ -1,4 +1,4 @@
-"""gpuvalues.planners.hpa beyond the upstream tables: hand-computed cases for the paths those tables
+"""gpuvalues.planners.autoscaling.hpa beyond the upstream tables: hand-computed cases for the paths those tables
 leave thin (missing and pending pods, integer averages, period boundaries, percent
 rounding, defaults, guards) and the public API the acceptance tests use."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuvalues.errors import CapacityError
-from gpuvalues.planners.hpa import (
+from gpuvalues.planners.autoscaling.hpa import (
     HPA,
     ExternalMetric,
     MetricUnavailable,
@@ -228,7 +228,7 @@ def test_quantity_format_and_errors():
 
 
 def test_external_sums_cap_like_the_controller():
-    from gpuvalues.planners.hpa import (
+    from gpuvalues.planners.autoscaling.hpa import (
         MAX_INT32,
         MAX_INT64,
         current_usage_milli,

@@ -1,5 +1,5 @@
 """The Kubernetes HPA controller's own table tests, ported as data (tests/unit/data/hpa/*.yaml,
-each file names its upstream source), run against gpuvalues.planners.hpa.
+each file names its upstream source), run against gpuvalues.planners.autoscaling.hpa.
 
 Expectations are upstream's; the helpers below only rebuild upstream's fixtures (the fake
 pod lister, generateScalingRules, generateEventsUniformDistribution) from the data.
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuvalues.planners.hpa import (
+from gpuvalues.planners.autoscaling.hpa import (
     HPA,
     ExternalMetric,
     MetricUnavailable,

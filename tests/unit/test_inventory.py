@@ -1,4 +1,4 @@
-"""gpuvalues.planners.inventory: kubectl JSON, nvidia-smi CSV + topo, live client, dict round trip.
+"""gpuvalues.planners.scheduling.inventory: kubectl JSON, nvidia-smi CSV + topo, live client, dict round trip.
 
 Expected values are hand-derived from the inputs written here (GFD label semantics from
 NVIDIA/k8s-device-plugin docs/gpu-feature-discovery/README.md). The live-cluster test
@@ -20,7 +20,7 @@ from jsonschema import Draft202012Validator
 
 from gpuvalues.errors import TransientError, InventoryError
 from gpuvalues.io.cluster import from_kubernetes, inventory_from_sources, load_inventory
-from gpuvalues.planners.inventory import (
+from gpuvalues.planners.scheduling.inventory import (
     INVENTORY_SCHEMA,
     GpuInfo,
     Inventory,
@@ -32,7 +32,7 @@ from gpuvalues.planners.inventory import (
     parse_quantity,
     resource_amount,
 )
-from gpuvalues.planners.topology import Topology
+from gpuvalues.planners.scheduling.topology import Topology
 from tests.unit.corrupt import corrupt
 
 DATA = Path(__file__).parent / "data" / "topo"

@@ -10,10 +10,12 @@ from fractions import Fraction
 
 import pytest
 
-from gpuvalues import kube, yamlio
+from gpuvalues import kube
+from gpuvalues.yamlio.loader import parse_yaml
 from gpuvalues.errors import CapacityError, GpuValuesError, InventoryError
 from gpuvalues.io import files
-from gpuvalues.planners import hpa, inventory
+from gpuvalues.planners.autoscaling import hpa
+from gpuvalues.planners.scheduling import inventory
 
 
 @pytest.mark.parametrize("text, value", [
@@ -68,16 +70,16 @@ def test_dns_subdomains(name, ok):
 
 
 def test_parse_yaml_places_errors_with_the_callers_class():
-    assert yamlio.parse_yaml("a: 1\n") == {"a": 1}
-    assert yamlio.parse_yaml("---\na: 1\n---\n---\nb: 2\n", all_documents=True) == [{"a": 1}, {"b": 2}]
+    assert parse_yaml("a: 1\n") == {"a": 1}
+    assert parse_yaml("---\na: 1\n---\n---\nb: 2\n", all_documents=True) == [{"a": 1}, {"b": 2}]
     with pytest.raises(InventoryError) as info:
-        yamlio.parse_yaml("a: [1\n", source="inv.yaml", error=InventoryError)
+        parse_yaml("a: [1\n", source="inv.yaml", error=InventoryError)
     err = info.value
     assert (err.source, err.line, err.column) == ("inv.yaml", 2, 1)
     # PyYAML's own wording (the fast reader's error is re-parsed by the pure-Python one)
     assert str(err) == "inv.yaml:2:1: invalid YAML: expected ',' or ']', but got '<stream end>'"
     with pytest.raises(GpuValuesError):
-        yamlio.parse_yaml("\tkey: 1\n")
+        parse_yaml("\tkey: 1\n")
 
 
 def test_write_atomic_text_and_bytes(tmp_path):

@@ -1,6 +1,6 @@
 """MIG placement: NVIDIA's documented combinations, hand-computed cases, and a brute-force oracle.
 
-The oracle below is written independently of gpuvalues.planners.mig: it walks the memory slots left
+The oracle below is written independently of gpuvalues.planners.mig.geometry: it walks the memory slots left
 to right and tries every (profile, allowed start) that begins at the slot, so it lists every
 set of non-overlapping instances; a multiset is feasible when some such set realises it.
 """
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from gpuvalues import catalog
 from gpuvalues.errors import GpuValuesError, MigLayoutError
 from gpuvalues.io import present
-from gpuvalues.planners import mig
+from gpuvalues.planners.mig import geometry as mig
 
 DATA = Path(__file__).parent / "data"
 OPERATOR = yaml.safe_load((DATA / "operator_mig_configs.yaml").read_text())

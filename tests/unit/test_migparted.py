@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from gpuvalues.errors import MigPartedConfigError
-from gpuvalues.planners import migparted
+from gpuvalues.planners.mig import migparted
 
 CASES = yaml.safe_load((Path(__file__).parent / "data" / "mig_parted_spec_cases.yaml").read_text())
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from gpuvalues.checks.fleet import check_fleet
 from gpuvalues.checks.spec import load_spec, spec_from_text
 from gpuvalues.fleet import build_fleet, expected_nodes
-from gpuvalues.planners import migparted
+from gpuvalues.planners.mig import migparted
 from tests.conftest import ROOT
 
 TOPO = ROOT / "tests" / "unit" / "data" / "topo"

@@ -1,6 +1,6 @@
 """Planner: optimality against a brute-force oracle, hand-computed cases, bounds, baselines, errors.
 
-The oracle is independent of gpuvalues.planners.mig and gpuvalues.planners.milp: it lists feasible MIG layouts
+The oracle is independent of gpuvalues.planners.mig.geometry and gpuvalues.planners.mig.milp.model: it lists feasible MIG layouts
 by walking memory slots (as in test_mig.py) and decides whether a set of GPUs can host the
 replicas with Hall's condition for the transportation problem (every subset S of models needs
 no more replicas than the instances usable by some model in S), trying GPU counts upward.
@@ -20,8 +20,10 @@ from hypothesis import strategies as st
 from gpuvalues import catalog
 from gpuvalues.catalog import GIB_PER_GB
 from gpuvalues.errors import PlanError
-from gpuvalues.planners import deviceplugin, migparted
-from gpuvalues.planners.milp import ModelDemand, NodePool, plan, sharing_plan
+from gpuvalues.planners import deviceplugin
+from gpuvalues.planners.mig import migparted
+from gpuvalues.planners.mig.milp.model import ModelDemand, NodePool
+from gpuvalues.planners.mig.milp.plan import plan, sharing_plan
 from tests.unit.oracles import replicas_oracle
 
 
@@ -315,7 +317,8 @@ def test_whole_pool_on_mig_gpu_turns_mig_off():
 
 
 def test_plan_warns_when_placements_are_derived():
-    from gpuvalues.planners.milp import ModelDemand, NodePool, plan
+    from gpuvalues.planners.mig.milp.model import ModelDemand, NodePool
+    from gpuvalues.planners.mig.milp.plan import plan
     demands = [ModelDemand("m", replicas=3)]
     derived = plan(demands, [NodePool("h200", "H200-141GB", gpus_per_node=8, nodes=1)], baselines=False)
     assert any("h200" in w and "placements are derived" in w for w in derived.warnings)
@@ -364,13 +367,14 @@ def test_infeasibility_messages_never_contradict_themselves(seed):
 
 
 def test_plan_is_never_worse_than_lp_rounding_even_at_a_tiny_time_limit():
-    from gpuvalues.planners import milp
+    from gpuvalues.planners.mig.milp import model as milp
+    from gpuvalues.planners.mig.milp.solve import round_lp, solve_lp
     import numpy as np
     d = [ModelDemand(f"m{i}", replicas=5 + 3 * i, memory_gb=[4, 9, 19, 35][i % 4]) for i in range(12)]
     pools = [NodePool("a", "A100-80GB", 8, 64), NodePool("h", "H100-80GB-SXM", 8, 64)]
     model = milp.build_model(d, pools, "optimal")
-    _, info, sol, cols, _ = milp._solve(model, d, [1.0, 1.0], integer=False)
-    rounded = milp._round_lp(model, d, sol, cols)
+    _, info, sol, cols, _ = solve_lp(model, d, [1.0, 1.0], integer=False)
+    rounded = round_lp(model, d, sol, cols)
     xs = np.array([c[0] == "x" for c in cols])
     assert rounded is not None
     p = plan(d, pools, baselines=False, time_limit=0.001)

@@ -1,6 +1,6 @@
 """Claims of optimality are checked, not trusted (issue 23).
 
-- `milp.certify` recomputes an answer from its solution; a claim it cannot back is no proof.
+- `certify` recomputes an answer from its solution; a claim it cannot back is no proof.
 - The cases in data/planner_claims.yaml, where the planners at 55d8461 claimed a proven
   optimum they did not have, against the exact reference (tests/unit/reference.py).
 - Property tests: on generated small fleets, the plan's GPUs, the re-plan's GPUs and nodes
@@ -22,10 +22,13 @@ from hypothesis import strategies as st
 
 from gpuvalues.catalog import get_gpu
 from gpuvalues.errors import PlanError
-from gpuvalues.planners import milp
-from gpuvalues.planners.milp import ModelDemand, NodePool, plan
-from gpuvalues.planners.replan import replan
-from gpuvalues.planners.replan import CurrentLayout, CurrentNode
+from gpuvalues.planners.mig.milp import certify as certifying
+from gpuvalues.planners.mig.milp.certify import certify
+from gpuvalues.planners.mig.milp.highs import Rows, run_once
+from gpuvalues.planners.mig.milp.model import ModelDemand, NodePool
+from gpuvalues.planners.mig.milp.plan import plan
+from gpuvalues.planners.mig.replan import replan
+from gpuvalues.planners.mig.replan import CurrentLayout, CurrentNode
 from tests.unit import reference as R
 
 CASES = yaml.safe_load((Path(__file__).parent / "data" / "planner_claims.yaml").read_text())
@@ -53,35 +56,35 @@ def current_of(case) -> CurrentLayout:
 
 def tiny_mip(cost=1.0):
     """min cost*x  s.t.  2x >= 3, x in [0, 10] integer: x = 2 is the optimum, the LP gives 1.5."""
-    rows = milp.Rows()
+    rows = Rows()
     rows.add([(0, 2.0)], 3.0, highspy.kHighsInf)
     return rows.lp(np.array([cost]), np.zeros(1), np.full(1, 10.0), integer=True)
 
 
 def test_certify_recomputes_the_objective_and_proves_only_what_holds():
     lp = tiny_mip()
-    ok = milp.certify(lp, [2.0], claimed=2.0, dual_bound=2.0, lp_bound=1.5)
+    ok = certify(lp, [2.0], claimed=2.0, dual_bound=2.0, lp_bound=1.5)
     assert ok.objective == 2 and ok.bound == 2 and ok.optimal and ok.gap == 0 and ok.trusted
     # the LP bound alone proves it too: ceil(1.5) = 2 for an integer objective
-    assert milp.certify(lp, [2.0], lp_bound=1.5).optimal
+    assert certify(lp, [2.0], lp_bound=1.5).optimal
 
 
 def test_certify_rejects_a_claim_its_solution_does_not_meet():
     # highspy's failure mode: "optimal, objective 2, bound 2" with a solution worth 3
     lp = tiny_mip()
-    c = milp.certify(lp, [3.0], claimed=2.0, dual_bound=2.0, lp_bound=1.5)
+    c = certify(lp, [3.0], claimed=2.0, dual_bound=2.0, lp_bound=1.5)
     assert c.objective == 3 and not c.trusted           # recomputed, not the claim
     assert c.bound == 2 and not c.optimal and c.gap == pytest.approx(1 / 3)
     # a bound above the solution in hand is no bound: back to the LP's
-    c = milp.certify(lp, [3.0], claimed=3.0, dual_bound=4.0, lp_bound=1.5)
+    c = certify(lp, [3.0], claimed=3.0, dual_bound=4.0, lp_bound=1.5)
     assert c.bound == 2 and not c.trusted and not c.optimal
     # a "solution" that breaks a row is none
-    assert milp.certify(lp, [1.0], claimed=1.0, dual_bound=1.0) is None
-    assert milp.certify(lp, None) is None
+    assert certify(lp, [1.0], claimed=1.0, dual_bound=1.0) is None
+    assert certify(lp, None) is None
 
 
 def test_certify_keeps_fractions_for_a_fractional_objective():
-    c = milp.certify(tiny_mip(0.5), [2.0], claimed=1.0, dual_bound=0.9, lp_bound=0.75)
+    c = certify(tiny_mip(0.5), [2.0], claimed=1.0, dual_bound=0.9, lp_bound=0.75)
     assert c.bound == pytest.approx(0.9) and not c.optimal   # no ceiling: the objective is not an integer
 
 
@@ -342,7 +345,7 @@ def lying_solver(monkeypatch):
     """A solver that always claims one less than the solution it returns, with a bound to
     match (what highspy does sometimes when warm-started; here on every MIP run, cold too):
     a fake around the real HiGHS, since the real one cannot be made to lie on demand."""
-    real = milp._highs_once
+    real = run_once
 
     class Lying:
         def __init__(self, info):
@@ -359,7 +362,7 @@ def lying_solver(monkeypatch):
             return highspy.HighsModelStatus.kOptimal, Lying(info), sol
         return status, info, sol
 
-    monkeypatch.setattr(milp, "_highs_once", lie)
+    monkeypatch.setattr(certifying, "run_once", lie)   # run_highs' one call into the adapter
 
 
 def test_a_claim_that_never_checks_out_is_reported_not_believed(lying_solver):

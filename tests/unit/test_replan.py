@@ -15,9 +15,9 @@ import pytest
 
 from gpuvalues.errors import PlanError
 from gpuvalues.catalog import GIB_PER_GB, get_gpu
-from gpuvalues.planners.milp import ModelDemand, NodePool
-from gpuvalues.planners.replan import replan
-from gpuvalues.planners.replan import CurrentLayout, CurrentNode
+from gpuvalues.planners.mig.milp.model import ModelDemand, NodePool
+from gpuvalues.planners.mig.replan import replan
+from gpuvalues.planners.mig.replan import CurrentLayout, CurrentNode
 
 # A30 maximal layouts over its base profiles (1g.6gb, 2g.12gb, 4g.24gb): MIG User Guide A30 table
 A30_LAYOUTS = ({"4g.24gb": 1}, {"2g.12gb": 2}, {"2g.12gb": 1, "1g.6gb": 2}, {"1g.6gb": 4})

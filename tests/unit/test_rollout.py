@@ -81,9 +81,9 @@ def test_selector_semantics(selector, labels, want):
 
 def test_changes_from_replan_and_dry_run_text(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("KUBECONFIG", raising=False)   # a dry run without a cluster: no pods read
-    from gpuvalues.planners.milp import ModelDemand, NodePool
-    from gpuvalues.planners.replan import replan
-    from gpuvalues.planners.replan import CurrentLayout, CurrentNode
+    from gpuvalues.planners.mig.milp.model import ModelDemand, NodePool
+    from gpuvalues.planners.mig.replan import replan
+    from gpuvalues.planners.mig.replan import CurrentLayout, CurrentNode
     cur = CurrentLayout((CurrentNode("a", "p", "all-7g", ({"7g.80gb": 1},), pods=1),
                          CurrentNode("b", "p", "all-7g", ({"7g.80gb": 1},), pods=1)))
     r = replan([ModelDemand("m", replicas=3, memory_gb=8), ModelDemand("big", replicas=1, memory_gb=60)],

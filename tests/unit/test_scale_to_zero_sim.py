@@ -1,4 +1,4 @@
-"""gpuvalues.planners.simulate.scale_to_zero: GPU-hours saved against requests that waited for a
+"""gpuvalues.planners.autoscaling.simulate.scale_to_zero: GPU-hours saved against requests that waited for a
 cold start. Expected values are worked out by hand in each docstring from the trace."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from gpuvalues.errors import CapacityError
 from gpuvalues.io.present import scale_to_zero_table
-from gpuvalues.planners.simulate import parse_trace, scale_to_zero, scale_to_zero_sweep
+from gpuvalues.planners.autoscaling.simulate import parse_trace, scale_to_zero, scale_to_zero_sweep
 
 # one hour, idle except 1 req/s during t = 1800..1859 (sampled each second: 60 requests)
 BURST = parse_trace("0,0\n1799,0\n1800,1\n1859,1\n1860,0\n3600,0\n")

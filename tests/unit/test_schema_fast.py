@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from gpuvalues import schemas, yamlio
+from gpuvalues import schemas
+from gpuvalues.yamlio.loader import load_yaml
 from gpuvalues.checks.rules import chart_defaults, coalesce
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,7 +137,7 @@ def _mutated(doc, rng):
 
 
 def _specs():
-    return [yamlio.load_yaml(p).data for p in sorted((ROOT / "examples").glob("*.yaml"))]
+    return [load_yaml(p).data for p in sorted((ROOT / "examples").glob("*.yaml"))]
 
 
 def _values():
@@ -150,12 +151,12 @@ def _values():
             for r in build_fleet(load_spec(p)).releases]
     files = sorted((ROOT / "charts" / "gpu-inference" / "ci").glob("*-values.yaml")) + \
         sorted((ROOT / "examples" / "values").glob("*.yaml"))
-    docs += [yamlio.load_yaml(p).data or {} for p in files]
+    docs += [load_yaml(p).data or {} for p in files]
     return [coalesce(defaults, d) for d in docs]
 
 
 def _inventories():
-    from gpuvalues.planners.inventory import from_nvidia_smi
+    from gpuvalues.planners.scheduling.inventory import from_nvidia_smi
 
     csv = "index, name, memory.total [MiB], mig.mode.current\n" + "".join(
         f"{i}, NVIDIA H100 80GB HBM3, 81559 MiB, Disabled\n"

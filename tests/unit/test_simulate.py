@@ -1,4 +1,4 @@
-"""Trace replay (gpuvalues.planners.simulate) and the `gpuvalues simulate` command.
+"""Trace replay (gpuvalues.planners.autoscaling.simulate) and the `gpuvalues simulate` command.
 
 Expectations are hand-derived: tiny traces whose every sync step can be followed on paper,
 the flap counter on hand-made event lists, and the seed's claim that needs measuring
@@ -13,8 +13,8 @@ import yaml
 from gpuvalues.cli import main
 from gpuvalues.errors import CapacityError
 from gpuvalues.io.traces import load_behaviors, load_trace
-from gpuvalues.planners.autoscaling import recommended_behavior
-from gpuvalues.planners.simulate import (
+from gpuvalues.planners.autoscaling.capacity import recommended_behavior
+from gpuvalues.planners.autoscaling.simulate import (
     BUILTIN_TRACES,
     NO_STABILIZATION,
     SimConfig,

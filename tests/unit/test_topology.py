@@ -1,4 +1,4 @@
-"""gpuvalues.planners.topology: parsing real `nvidia-smi topo -m` outputs, cliques, labels, GPU choice.
+"""gpuvalues.planners.scheduling.topology: parsing real `nvidia-smi topo -m` outputs, cliques, labels, GPU choice.
 
 Fixtures in data/topo/*.txt are real outputs from public bug reports (source in each
 file's header). Expected values below were read off those files by hand. The GPU-choice
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuvalues.errors import GpuValuesError, TopologyParseError
-from gpuvalues.planners.topology import Topology, allocate_best_effort, parse_topo_matrix
+from gpuvalues.planners.scheduling.topology import Topology, allocate_best_effort, parse_topo_matrix
 
 DATA = Path(__file__).parent / "data" / "topo"
 FIXTURES = sorted(p.name for p in DATA.glob("*.txt"))
@@ -498,7 +498,7 @@ def test_tensor_parallel_sets_stay_inside_an_nvlink_group(name, size, sets):
     ("0", {0}), ("6-7", {6, 7}), ("0,2", {0, 2}), ("0-1,3", {0, 1, 3}), ("3-3", {3}),
 ])
 def test_numa_affinity_ranges(text, nodes):
-    from gpuvalues.planners.topology import numa_nodes
+    from gpuvalues.planners.scheduling.topology import numa_nodes
     assert numa_nodes(text) == frozenset(nodes)
 
 
@@ -521,7 +521,7 @@ def test_numa_range_past_any_machine_is_a_parse_error():
 
 def test_topo_report_names_the_gpus_without_nvlink():
     from gpuvalues.io.present import topology_table
-    from gpuvalues.planners.topology import topology_report
+    from gpuvalues.io.present import topology_report
     data = topology_report(load("hgx-h100-degraded-gpu7.txt"))
     assert data["nvlinkIslands"] == [[0, 1, 2, 3, 4, 5, 6]]
     assert "GPUs without NVLink: GPU7" in topology_table(data)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from gpuvalues import yamlio
+from gpuvalues.yamlio.loader import load_yaml
 from gpuvalues.checks.rules import ValidationFailed
 from gpuvalues.errors import SpecError
 from gpuvalues.io.update import apply_updates, parse_path, parse_value, update_values
@@ -56,7 +56,7 @@ def test_new_keys_and_list_items(user_file):
     assert text[len(USER):] == ("  - key: gpu\n    operator: Exists\n"
                                 "model:\n  name: meta-llama/Llama-3.1-8B-Instruct\n"
                                 "commonAnnotations:\n  example.com/owner: ml-team\n")
-    data = yamlio.load_yaml(user_file).data
+    data = load_yaml(user_file).data
     assert data["tolerations"][1] == {"key": "gpu", "operator": "Exists"}
     assert data["commonAnnotations"] == {"example.com/owner": "ml-team"}
     assert data["model"]["name"] == "meta-llama/Llama-3.1-8B-Instruct"
@@ -78,7 +78,7 @@ def test_strings_helm_would_retype_are_quoted(tmp_path):
     path.write_text("commonAnnotations: {}\n")
     update_values(path, {"commonAnnotations.a": "yes", "commonAnnotations.b": "0755",
                          "commonAnnotations.c": "1e3", "commonAnnotations.d": "plain"})
-    data = yamlio.load_yaml(path).data["commonAnnotations"]
+    data = load_yaml(path).data["commonAnnotations"]
     assert data == {"a": "yes", "b": "0755", "c": "1e3", "d": "plain"}
     assert '"yes"' in path.read_text() and "d: plain" in path.read_text()
 
@@ -145,7 +145,7 @@ def test_no_validate_still_checks_types(tmp_path):
     path = tmp_path / "v.yaml"
     path.write_text("gpu: {mode: whole}\n")
     update_values(path, {"gpu.mode": "anything"}, validate=False)
-    assert yamlio.load_yaml(path).data == {"gpu": {"mode": "anything"}}
+    assert load_yaml(path).data == {"gpu": {"mode": "anything"}}
 
 
 SHARED = """\
@@ -166,11 +166,11 @@ def test_a_number_the_schema_asks_for_is_written_as_a_number(tmp_path):
     path = tmp_path / "v.yaml"
     path.write_text(SHARED)
     assert cli.main(["update", str(path), "--set", "gpu.shared.memoryFraction=0.3"]) == 0
-    assert yamlio.load_yaml(path).data["gpu"]["shared"]["memoryFraction"] == 0.3
+    assert load_yaml(path).data["gpu"]["shared"]["memoryFraction"] == 0.3
     assert "memoryFraction: 0.3\n" in path.read_text()
     # where the schema takes a string, a number-like text stays a string
     update_values(path, {"commonAnnotations.note": "0.3"})
-    assert yamlio.load_yaml(path).data["commonAnnotations"] == {"note": "0.3"}
+    assert load_yaml(path).data["commonAnnotations"] == {"note": "0.3"}
 
 
 def test_string_flag_keeps_the_text_and_the_schema_refuses_it(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuvalues import yamlio
+from gpuvalues.yamlio.loader import load_text
 from gpuvalues.checks.rules import (
     CODES,
     Context,
@@ -23,7 +23,7 @@ def codes(findings):
 
 
 def loaded(text: str, name: str = "values.yaml"):
-    return yamlio.load_text(text, name, allow_empty=True)
+    return load_text(text, name, allow_empty=True)
 
 
 # ------------------------------------------------------------------ schema layer

@@ -156,7 +156,7 @@ consumed with `include "gpu-inference.autoscaling.metrics" . | fromYamlArray`.
 Each item: {name: <Prometheus series name>, target: <averageValue quantity string>}.
 The custom metrics API (adapter) name is `gpu-inference.autoscaling.apiName` of the name:
 ':' replaced by '_'. Empty list when autoscaling.engine is none.
-Defaults when autoscaling.metrics is empty (same rules as gpuvalues.planners.autoscaling):
+Defaults when autoscaling.metrics is empty (same rules as gpuvalues.planners.autoscaling.capacity):
   whole (and dra gpu.nvidia.com): DCGM_FI_DEV_GPU_UTIL "70"   (0-100)
   mig   (and dra mig.nvidia.com): DCGM_FI_PROF_GR_ENGINE_ACTIVE "700m" (0-1 ratio; GPU_UTIL
                                   is not reported per MIG instance)

@@ -18,10 +18,7 @@ column.
 from __future__ import annotations
 
 import math
-import os
 import re
-import stat
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -29,10 +26,8 @@ from typing import Any, Iterator
 import yaml
 
 from gpuvalues.errors import GpuValuesError, SpecError
-
+from gpuvalues.yamlio.inputs import decode, line_col, read_source
 Path_ = tuple  # a path into the data: keys (str) and list indices (int)
-
-STDIN = "-"
 
 # go-yaml v2 resolve.go: the plain scalars it looks up in a table before trying numbers.
 _BOOL_NULL = {
@@ -50,10 +45,6 @@ _GO_INT = re.compile(r"^[-+]?(0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0[0-7]*|[
 _INT64 = (-(2 ** 63), 2 ** 64 - 1)   # ParseInt, then ParseUint
 _PLAIN_TAG = "tag:gpuvalues:plain"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
-
-# Inputs larger than this are refused before parsing: values files and specs are KBs;
-# a 50 MB "spec" is an accident or an attack, and parsing it would take a minute and GBs.
-MAX_INPUT_BYTES = 16 * 1024 * 1024
 # Deepest nesting of mappings and lists accepted (libyaml stops at 1000; the chart's values
 # nest about 10 deep): deeper input is refused before any recursive walk can overflow.
 MAX_NESTING = 200
@@ -434,131 +425,12 @@ def parse_field(data: Any, field: str | None) -> Path_:
     return tuple(path)
 
 
-def _line_col(text: str, index: int) -> tuple[int, int]:
-    line = text.count("\n", 0, index) + 1
-    col = index - (text.rfind("\n", 0, index) + 1) + 1
-    return line, col
-
-
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISSOCK, "a socket"))
-
-
-def _too_big(size: int, limit: int = MAX_INPUT_BYTES) -> str:
-    what = " (specs and values files are kilobytes)" if limit == MAX_INPUT_BYTES else ""
-    return f"is {size / 2**20:.1f} MiB; gpuvalues reads files up to {limit // 2**20} MiB{what}"
-
-
-def read_input(path: str | Path, *, error: type[GpuValuesError] = SpecError,
-               expected: str = "a YAML file", max_bytes: int | None = None) -> tuple[bytes, str]:
-    """The bytes of the regular file at `path` (`-`: stdin), and its display name.
-
-    Refused with one `error` naming the file, before reading anything: a missing file, a
-    directory, a FIFO, a device or a socket (a FIFO would block, /dev/zero never ends),
-    and more than `max_bytes` (default MAX_INPUT_BYTES). The file is opened non-blocking
-    and checked on the open descriptor, so a path swapped for a FIFO after a check cannot
-    block either.
-    """
-    limit = max_bytes or MAX_INPUT_BYTES
-    if str(path) == STDIN:
-        data = sys.stdin.buffer.read(limit + 1)
-        if len(data) > limit:
-            raise error(f"standard input is more than {limit // 2**20} MiB; "
-                        "gpuvalues reads inputs up to that size", source="<stdin>", code="GV019")
-        return data, "<stdin>"
-    source = str(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise error("file not found", source=source, code="GV019") from None
-    except IsADirectoryError:
-        raise error(f"is a directory, expected {expected}", source=source, code="GV019") from None
-    except OSError as exc:
-        raise error(f"cannot read: {exc.strerror}", source=source, code="GV019") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
-            raise error(f"is {kind}, expected {expected} (gpuvalues reads only regular files)",
-                        source=source, code="GV019")
-        if st.st_size > limit:
-            raise error(_too_big(st.st_size, limit), source=source, code="GV019")
-        chunks, size = [], 0
-        while True:                       # read to EOF, never past the limit (growing files)
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise error(_too_big(size, limit), source=source, code="GV019")
-        return b"".join(chunks), source
-    except OSError as exc:
-        raise error(f"cannot read: {exc.strerror}", source=source, code="GV019") from None
-    finally:
-        os.close(fd)
-
-
-def read_source(path: str | Path) -> tuple[bytes, str]:
-    """Read a file (or stdin for `-`); returns (bytes, display name). See read_input."""
-    return read_input(path)
-
-
-def resolve_reference(reference: str, base_dir: Path, *, source: str = "", field: str | None = None,
-                      allow_outside: bool = False, error: type[GpuValuesError] = SpecError) -> Path:
-    """The path a spec names (`topology.file` and the like), resolved against `base_dir`
-    (the spec's folder) and checked.
-
-    The rule: a reference must stay inside the spec's folder after following `..` and
-    symlinks, unless `allow_outside` (an explicit option of the caller); an absolute path
-    is outside unless it resolves into the folder. So a spec received from someone else
-    cannot make gpuvalues read /etc/shadow or ~/.kube/config into an error message. The
-    file itself must then pass read_input (a regular file, within the size limit).
-    """
-    if "\0" in reference:
-        raise error("a path cannot contain a NUL byte", source=source, field=field)
-    base = Path(os.path.realpath(base_dir))
-    target = Path(os.path.realpath(base / reference))
-    if not allow_outside and target != base and base not in target.parents:
-        raise error(f"{reference!r} is outside the spec's folder ({base}); put the file beside "
-                    "the spec (paths are relative to the spec file)", source=source, field=field)
-    return target
-
-
-def decode(data: bytes, source: str) -> str:
-    """UTF-8 (with or without BOM) text, or a SpecError at the first bad byte."""
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        good = data[:exc.start].decode("utf-8")
-        line, col = _line_col(good, len(good))
-        raise SpecError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
-                        f"{exc.start}); save the file as UTF-8",
-                        source=source, line=line, column=col) from None
-    bad = text.find("\x00")
-    if bad >= 0:
-        line, col = _line_col(text, bad)
-        raise SpecError("binary data (NUL byte), expected YAML text",
-                        source=source, line=line, column=col)
-    return text
-
-
-def read_text(path: str | Path) -> str:
-    """The text of a file (`-` reads stdin): UTF-8, or a placed SpecError (missing file,
-    directory, bad byte, NUL) instead of an OSError or UnicodeDecodeError."""
-    data, source = read_source(path)
-    return decode(data, source)
-
-
 def _yaml_error(exc: yaml.YAMLError, text: str, source: str) -> SpecError:
     if isinstance(exc, ExcessiveAliasing):
         return SpecError(f"invalid YAML: {exc.message}", source=source,
                          line=exc.mark.line + 1, column=exc.mark.column + 1)
     if isinstance(exc, yaml.reader.ReaderError):
-        line, col = _line_col(text, exc.position)
+        line, col = line_col(text, exc.position)
         char = exc.character if isinstance(exc.character, int) else ord(exc.character)
         return SpecError(f"unacceptable character #x{char:04x} (binary data?), expected YAML "
                          "text", source=source, line=line, column=col)
@@ -680,7 +552,7 @@ def load_text(text: str, source: str = "<string>", *, allow_empty: bool = False)
         raise SpecError("YAML too large to hold in memory", source=source, line=1, column=1) from None
     if len(docs) > 1:
         second = [m.start() for m in re.finditer(r"(?m)^---", text)]
-        line = _line_col(text, second[-1])[0] if second else 1
+        line = line_col(text, second[-1])[0] if second else 1
         raise SpecError(f"{len(docs)} YAML documents in one file; expected one",
                         source=source, line=line, column=1)
     data = docs[0] if docs else None
@@ -803,108 +675,6 @@ def expect_mapping(loaded: Loaded, what: str = "file") -> Loaded:
         raise SpecError(f"the {what} must be a YAML mapping (key: value), got {kind}",
                         source=loaded.source, line=1, column=1)
     return loaded
-
-
-# The inventory of a 5,000-node cluster spent 75% of its time in PyYAML's pure-Python
-# emitter (and libyaml's emitter still runs PyYAML's Python representer per value). For
-# the common case, nested mappings and lists whose strings are printable ASCII without
-# blanks (labels, names, quantities: nothing to fold, escape or anchor), `_fast_dump`
-# writes PyYAML's block layout itself and asks PyYAML only for the text of each distinct
-# scalar, so the text is PyYAML's by construction (tests/unit/test_hostile_bounds.py
-# compares the two on generated data). Anything else goes through PyYAML as before.
-_SIMPLE = re.compile(r"[!-~]{0,64}")  # printable ASCII, no blank, short
-_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./-]*")
-_RESOLVER = yaml.resolver.Resolver()
-
-
-class _NotSimple(Exception):
-    """Data `_fast_dump` does not write (PyYAML does)."""
-
-
-def _fast_dump(data: Any) -> str:
-    """PyYAML's block-style text for simple data (see above); _NotSimple otherwise."""
-    cache: dict = {}
-    seen: set[int] = set()
-
-    def atom(v: Any) -> str:
-        if isinstance(v, dict):
-            return "{}"
-        if isinstance(v, list):
-            return "[]"
-        key = (float, repr(v)) if isinstance(v, float) else (type(v), v)   # -0.0 == 0.0
-        text = cache.get(key)
-        if text is None:
-            if isinstance(v, str):
-                if not _SIMPLE.fullmatch(v):
-                    raise _NotSimple
-                # Plain for sure: alphanumeric start, no indicator, read back as a string
-                # (the check PyYAML's emitter makes); anything else is PyYAML's to quote.
-                if _PLAIN.fullmatch(v) and _RESOLVER.resolve(yaml.ScalarNode, v, (True, False)) \
-                        == "tag:yaml.org,2002:str":
-                    text = v
-            elif isinstance(v, bool) or v is None:
-                text = {True: "true", False: "false", None: "null"}[v]
-            elif isinstance(v, int):
-                text = str(v)                # SafeRepresenter.represent_int
-            elif not isinstance(v, float):
-                raise _NotSimple
-            if text is None:
-                text = yaml.dump(v, Dumper=yaml.SafeDumper, allow_unicode=True)
-                text = text[:-5] if text.endswith("\n...\n") else text.rstrip("\n")
-            cache[key] = text
-        return text
-
-    out: list[str] = []
-    append = out.append
-    get = cache.get
-
-    def emit(v: Any, ind: int, lead: str) -> None:
-        if id(v) in seen:                    # shared: PyYAML writes an anchor and alias
-            raise _NotSimple
-        seen.add(id(v))
-        pad = " " * ind
-        if isinstance(v, dict):
-            for i, (k, x) in enumerate(v.items()):
-                if k == "" or isinstance(k, (dict, list, tuple)):
-                    raise _NotSimple         # PyYAML writes these as `? key` (not simple)
-                pre = lead if i == 0 else pad
-                key = get((type(k), k)) or atom(k)
-                if x and isinstance(x, dict):
-                    append(f"{pre}{key}:\n")
-                    emit(x, ind + 2, " " * (ind + 2))
-                elif x and isinstance(x, list):      # PyYAML: indentless in a mapping
-                    append(f"{pre}{key}:\n")
-                    emit(x, ind, pad)
-                else:
-                    value = (get((type(x), x)) if not isinstance(x, (dict, list)) else None) or atom(x)
-                    append(f"{pre}{key}: {value}\n")
-        else:
-            for i, x in enumerate(v):
-                pre = lead if i == 0 else pad
-                if x and isinstance(x, (dict, list)):
-                    emit(x, ind + 2, pre + "- ")
-                else:
-                    out.append(f"{pre}- {atom(x)}\n")
-
-    if not isinstance(data, (dict, list)):
-        raise _NotSimple
-    if not data:
-        return atom(data) + "\n"
-    emit(data, 0, "")
-    return "".join(out)
-
-
-def dump(data: Any, *, dumper: type | None = None) -> str:
-    """YAML text for plain data, keys in insertion order (what `values` writes). Simple
-    data is written by `_fast_dump` (the same text, about 10x faster); `dumper` forces a
-    PyYAML dumper class."""
-    if dumper is None:
-        try:
-            return _fast_dump(data)
-        except (_NotSimple, RecursionError, TypeError):   # TypeError: unhashable values
-            pass
-    return yaml.dump(data, Dumper=dumper or yaml.SafeDumper, sort_keys=False,
-                     allow_unicode=True, default_flow_style=False)
 
 
 # libyaml's reader is about 10x faster than PyYAML's pure-Python one (manifests, tool

@@ -36,7 +36,7 @@ eviction, DRA allocation beyond whole GPUs (a claim's ExactCount of DeviceClass
 the device plugin; other claims: only the pod's other requests are checked),
 required pod affinity and topology spread constraints, host ports, volumes, pods already
 running on the nodes (nodes start empty), DaemonSets, and which physical GPU a pod gets
-(`gpuvalues.planners.topology.best_gpu_set` answers that per node). Basic resources (cpu, memory,
+(`gpuvalues.planners.scheduling.topology.best_gpu_set` answers that per node). Basic resources (cpu, memory,
 pods) a node's inventory does not list are treated as unlimited.
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ from typing import Iterable, Mapping, Sequence
 
 from gpuvalues.errors import CapacityError
 from gpuvalues.planners.deviceplugin import DRA_GPU_CLASS
-from gpuvalues.planners.inventory import Inventory, Node, resource_amount
+from gpuvalues.planners.scheduling.inventory import Inventory, Node, resource_amount
 
 NOT_MODELLED = (
     "scoring: fit takes the first feasible node in name order; the scheduler scores nodes",
@@ -756,7 +756,7 @@ def fit(manifests: Sequence[Mapping], inventory: Inventory) -> FitReport:
 
 def load_manifests(text: str, source: str) -> list[dict]:
     """Objects from a rendered YAML (or JSON) stream; `List` objects are flattened."""
-    from gpuvalues.yamlio import parse_yaml
+    from gpuvalues.yamlio.loader import parse_yaml
 
     docs = parse_yaml(text, source=source, error=CapacityError, all_documents=True, unique_keys=True)
     out = []
@@ -776,7 +776,7 @@ def _document_position(text: str, index: int) -> tuple[int | None, int | None]:
     """Where the `index`-th non-empty document of `text` starts (1-based; error path only)."""
     import yaml
 
-    from gpuvalues.yamlio import SAFE_LOADER
+    from gpuvalues.yamlio.loader import SAFE_LOADER
 
     try:
         nodes = [n for n in yaml.compose_all(text, Loader=SAFE_LOADER) if n is not None]

@@ -1,7 +1,7 @@
 """Re-plan a running fleet with the fewest changes (issue 17), over the planner's public model API.
 
 Changing a node's MIG layout means draining it, so a re-plan should keep as many nodes as it
-can. The model is the planner's configuration ILP (`gpuvalues.planners.milp`) with the fleet's
+can. The model is the planner's configuration ILP (`gpuvalues.planners.mig.milp.model`) with the fleet's
 current layout added, node by node:
 
     keep[k,c]  integer in [0, N(k,c)]   nodes of pool k with current config c left untouched
@@ -16,7 +16,7 @@ current layout added, node by node:
 Lexicographic: first the fewest GPUs (sum x + y; identical to `plan`'s optimum when no
 budget binds, since a changed node can take any layout), then, with GPUs <= that optimum +
 `gpu_slack`, the fewest changed nodes. Both LP relaxations are reported as bounds, and
-both objectives are certified (`milp.certify`: recomputed from the solution returned, proven
+both objectives are certified (`certify`: recomputed from the solution returned, proven
 only against a bound that holds; else the true gap is reported and said). Nodes a pool has
 but the current layout does not list are unconfigured: configuring one is a change (it gets
 a label), but it displaces no pods; they are counted per pool and config
@@ -45,8 +45,14 @@ import numpy as np
 
 from gpuvalues.catalog import get_gpu
 from gpuvalues.errors import PlanError
-from gpuvalues.planners import deviceplugin, mig, migparted
-from gpuvalues.planners import milp
+from gpuvalues.planners import deviceplugin
+from gpuvalues.planners.mig import geometry as mig
+from gpuvalues.planners.mig import migparted
+from gpuvalues.planners.mig.milp import model as milp
+from gpuvalues.planners.mig.milp.certify import run_highs
+from gpuvalues.planners.mig.milp.diagnose import diagnose_infeasible
+from gpuvalues.planners.mig.milp.highs import Rows
+from gpuvalues.planners.mig.milp.solve import solve_model, trim_solution
 
 
 # the budgets in the CLI's words (errors name what the user typed, not the parameter)
@@ -98,7 +104,7 @@ class Replan:
     optimal: bool                  # both minima proven: each objective meets its certified bound
     solve_seconds: float
     warnings: tuple[str, ...] = ()
-    gpus_bound: float = 0.0        # certified lower bound on GPUs (`milp.certify`)
+    gpus_bound: float = 0.0        # certified lower bound on GPUs (`certify`)
     changes_bound: float = 0.0     # certified lower bound on node changes with GPUs <= found + slack
     # nodes of a pool the current layout does not list that need a config: pool -> config -> count
     unlisted_changes: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
@@ -195,7 +201,7 @@ def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node
           lp_bound: float | None = None):
     """Build and solve one stage; returns (status, objective, solution, columns, current keys,
     certificate). The objective is the LP's value for an LP, else the certificate's (recomputed
-    from the solution; `milp.certify`, with `lp_bound` as a bound that holds). `start`: a warm
+    from the solution; `certify`, with `lp_bound` as a bound that holds). `start`: a warm
     start; `fix_keep`: pin keep[k,g]; `feasibility`: any solution."""
     cols: list[tuple] = []
     cur_keys: list[list[tuple]] = []
@@ -221,7 +227,7 @@ def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node
                 lower[i] = upper[i]
             if fix_keep is not None and (c[1], c[2]) in fix_keep:
                 lower[i] = upper[i] = fix_keep[(c[1], c[2])]
-    rows = milp.Rows()
+    rows = Rows()
     add_row = rows.add
 
     gpu_entries, change_terms, change_const = [], [], 0.0
@@ -269,7 +275,7 @@ def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node
         offset = 0.0
     lp = rows.lp(cost, lower, upper, integer=integer, offset=offset)
     # both objectives are integers: an absolute gap under 1 proves the optimum
-    status, info, sol, cert = milp.run_highs(lp, integer=integer, time_limit=time_limit, rel_gap=0.0,
+    status, info, sol, cert = run_highs(lp, integer=integer, time_limit=time_limit, rel_gap=0.0,
                                              abs_gap=0.999, start=start, lp_bound=None if feasibility else lp_bound)
     if integer:
         if cert is None:
@@ -296,21 +302,21 @@ def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.NodePool], 
     model = milp.build_model(demands, pools, "optimal")
     for m, d in enumerate(demands):
         if milp.demand_need(d) > 0 and not any(mm == m for (_, _, mm) in model.weights):
-            raise milp.diagnose_infeasible(model, demands, [1.0] * len(pools))
+            raise diagnose_infeasible(model, demands, [1.0] * len(pools))
     groups = _groups(model, current)
     budgets = dict(max_node_changes=max_node_changes, max_unavailable=max_unavailable_per_pool)
     st_lp, lp1, _, cols1, keys1, _ = _milp(model, demands, groups, stage=1, gpu_cap=None, integer=False,
                                        time_limit=time_limit, **budgets)
     if st_lp != highspy.HighsModelStatus.kOptimal:
         if max_node_changes is None and max_unavailable_per_pool is None:
-            raise milp.diagnose_infeasible(model, demands, [1.0] * len(pools))
+            raise diagnose_infeasible(model, demands, [1.0] * len(pools))
         raise _budget_error(model, demands, groups, max_node_changes, max_unavailable_per_pool)
     left = lambda: time_limit - (time.perf_counter() - t0)  # noqa: E731
     st1 = sol1 = None
     if max_node_changes is None and max_unavailable_per_pool is None and not any(g.pinned for gs in groups for g in gs):
         # no budget: any node may change, so the fewest GPUs is `plan`'s optimum (LP rounding,
         # warm start); its solution, with every node changed, is a stage-1 solution too
-        _, res = milp.solve_model(demands, pools, [1.0] * len(pools), "optimal", left(), solver_layouts=False)
+        _, res = solve_model(demands, pools, [1.0] * len(pools), "optimal", left(), solver_layouts=False)
         if res is not None:
             status, _, psol, pcols, _, _, extra = res
             pidx = {c: i for i, c in enumerate(pcols)}
@@ -362,7 +368,7 @@ def _budget_error(model, demands, groups, max_node_changes, max_unavailable) -> 
     free, _, _, _, _, _ = _milp(model, demands, groups, stage=1, gpu_cap=None, integer=False, time_limit=30.0,
                                 max_node_changes=None, max_unavailable=None)
     if free != highspy.HighsModelStatus.kOptimal:
-        return milp.diagnose_infeasible(model, demands, [1.0] * len(model.pools))
+        return diagnose_infeasible(model, demands, [1.0] * len(model.pools))
     # the fewest changes with no GPU objective: what the budget would have to allow
     _, lp_need, _, _, _, _ = _milp(model, demands, groups, stage=2, gpu_cap=highspy.kHighsInf, integer=False,
                                    time_limit=30.0, max_node_changes=None, max_unavailable=None)
@@ -385,7 +391,7 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
     val = {c: int(round(v)) for c, v in zip(cols, sol) if round(v) > 0}
     x = {(c[1], c[2]): v for c, v in val.items() if c[0] == "x"}
     z = {(c[1], c[2], c[3]): v for c, v in val.items() if c[0] == "z"}
-    z = milp.trim_solution(z, model, demands)
+    z = trim_solution(z, model, demands)
     pool_plans, node_cfg, prev, changed, drained, labels, node_configs = [], {}, {}, [], [], {}, {}
     dp_configs: dict[str, dict] = {}
     pods, estimated = 0, False

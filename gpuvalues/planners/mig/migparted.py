@@ -10,7 +10,7 @@ Public API:
   mappings (`{"3g.40gb": 1, ...}`; `{}` = MIG on, no instances; None = MIG off).
 - `validate_mig_parted_config(cfg, *, source=None, gpu=None)` raises `MigPartedConfigError`
   naming the field (`mig-configs.<name>[<i>].mig-devices`); with `gpu` it also checks each
-  entry's instances can be placed on that GPU (`gpuvalues.planners.mig.place`).
+  entry's instances can be placed on that GPU (`gpuvalues.planners.mig.geometry.place`).
 - `node_labels(config_name)` -> `{"nvidia.com/mig.config": name}`; `MIG_CONFIG_LABEL`.
 - `all_balanced(gpu)` -> mig-devices of mig-parted's `all-balanced` for that GPU.
 """
@@ -122,7 +122,7 @@ def _validate_entry(e: Any, field: str, source: str | None, model: GpuModel | No
     if all(c == 0 for c in md.values()):
         raise _err(f"{field}.mig-devices", "all counts for all MigProfiles are 0", source)
     if model is not None:
-        from gpuvalues.planners import mig  # local: mig imports nothing from here, keeps import order simple
+        from gpuvalues.planners.mig import geometry as mig  # local: mig imports nothing from here, keeps import order simple
         try:
             mig.place(model, {k: v for k, v in md.items() if v})
         except MigLayoutError as exc:

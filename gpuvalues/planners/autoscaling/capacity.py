@@ -6,7 +6,7 @@
 - `plan_capacity(...)`: min/max replicas, the HPA target for the chosen metric and the GPUs
   needed, from base and peak request rates and the per-replica throughput at the SLO.
 
-The HPA controller's own arithmetic lives in `gpuvalues.planners.hpa`; its public names
+The HPA controller's own arithmetic lives in `gpuvalues.planners.autoscaling.hpa`; its public names
 (`PodSample`, `pods_metric_replicas`, `HPA`) are re-exported here.
 
 Sources for the metric rules (see /work/shared/reference/metrics-autoscaling.md):
@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from gpuvalues.errors import CapacityError
-from gpuvalues.planners.hpa import HPA, PodSample, format_milli, pods_metric_replicas
+from gpuvalues.planners.autoscaling.hpa import HPA, PodSample, format_milli, pods_metric_replicas
 
 __all__ = [
     "GPU_MODES", "SERVER_TYPES", "MetricChoice", "choose_metric", "erlang_b", "erlang_c",

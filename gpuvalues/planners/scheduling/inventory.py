@@ -10,7 +10,7 @@ Sources:
   `gpu.sharing-strategy`; capacity/allocatable and taints come from the Node itself.
 * `from_nvidia_smi({node: (query_csv, topo_text)})`: per node, the output of
   `nvidia-smi --query-gpu=index,name,memory.total,mig.mode.current --format=csv` and,
-  optionally, `nvidia-smi topo -m` (parsed by `gpuvalues.planners.topology`).
+  optionally, `nvidia-smi topo -m` (parsed by `gpuvalues.planners.scheduling.topology`).
 * `from_kubernetes(kubeconfig=..., context=...)`: a live cluster through the official
   client; the same parsing as `from_kubectl_json`.
 * `Inventory.from_dict` / `to_dict`: the documented format, schemas/inventory.schema.json.
@@ -34,9 +34,9 @@ from typing import Any, Iterable, Mapping
 from gpuvalues.catalog import gfd_product_label
 from gpuvalues.errors import GpuValuesError, InventoryError
 from gpuvalues.kube import label_problem, node_name_problem, parse_quantity
-from gpuvalues.planners.topology import DEFAULT_TOPOLOGY_KEY, Topology, nvlink_size, parse_topo_matrix
+from gpuvalues.planners.scheduling.topology import DEFAULT_TOPOLOGY_KEY, Topology, nvlink_size, parse_topo_matrix
 from gpuvalues.schemas import INVENTORY_SCHEMA, is_valid, load_schema, validator_for
-from gpuvalues.yamlio import format_path
+from gpuvalues.yamlio.loader import format_path
 
 API_VERSION = "gpuvalues/v1"
 KIND = "Inventory"

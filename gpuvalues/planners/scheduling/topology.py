@@ -789,36 +789,6 @@ def parse_topo_matrix(text: str, source: str | None = None) -> Topology:
         raise fail(header_idx + 1, exc.message) from None
 
 
-def topology_report(topo: Topology, *, best: int | None = None, available: Iterable[int] | None = None,
-                    prefix: str = DEFAULT_LABEL_PREFIX, key: str = DEFAULT_TOPOLOGY_KEY,
-                    count_nvswitch_links: bool = False) -> dict:
-    """Plain-data summary for `gpuvalues topo`: links, cliques, labels, optional GPU choice."""
-    data: dict = {
-        "gpus": list(topo.gpus),
-        "links": {f"GPU{a}": {f"GPU{b}": topo.link(a, b) for b in topo.gpus if b != a} for a in topo.gpus},
-        "nvlinkCliques": [list(c) for c in topo.nvlink_cliques()],
-        # disjoint groups a tensor-parallel pod's GPUs must stay in; the rest have no NVLink
-        "nvlinkIslands": [list(g) for g in topo.nvlink_islands()],
-        "nvswitch": topo.nvswitch,
-        "numaAffinity": {f"GPU{g}": v for g, v in zip(topo.gpus, topo.numa_affinity)} if topo.numa_affinity else {},
-        "labels": topo.labels(prefix=prefix, key=key),
-    }
-    if best is not None:
-        free = sorted(topo.gpus if available is None else set(available))
-        if not 1 <= best <= len(free):
-            raise GpuValuesError(f"asked for {best} GPUs, but {len(free)} are available "
-                                 f"({', '.join(map(str, free)) or 'none'}); ask for 1 to {len(free)}",
-                                 field="best")
-        chosen, exact, bound = topo.best_gpu_choice(best, available, count_nvswitch_links=count_nvswitch_links)
-        data["bestGpuSet"] = {"size": best, "gpus": list(chosen),
-                              "score": sum(topo.pair_score(a, b, count_nvswitch_links=count_nvswitch_links)
-                                           for a, b in itertools.combinations(chosen, 2)),
-                              "nvswitchLinksScored": count_nvswitch_links or not topo.nvswitch,
-                              # False past MAX_SEARCH_STATES: a greedy set, its score <= the bound
-                              "exact": exact, "scoreUpperBound": bound}
-    return data
-
-
 def nvlink_size(value: object) -> int | None:
     """The NVLink group size a topology label value names (`NV8` -> 8), the inverse of
     `Topology.topology_value`; None for `PCIe` or anything else."""

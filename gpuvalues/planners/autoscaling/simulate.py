@@ -2,7 +2,7 @@
 
 A trace is a CSV of `time_s,requests_per_s` (a header line and `#` comment lines are
 allowed; the load is linear between points). Every `sync_s` (15 s, the controller's sync
-period) the HPA (gpuvalues.planners.hpa, the controller's own arithmetic) reads each metric as it
+period) the HPA (gpuvalues.planners.autoscaling.hpa, the controller's own arithmetic) reads each metric as it
 was `metric_lag_s` ago (rounded to whole sync steps, at least one), proposes replicas, takes the maximum, normalizes with the chosen
 `behavior`, and scales; new pods serve only after `startup_s` (the model load time).
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from gpuvalues.errors import CapacityError
-from gpuvalues.planners.autoscaling import erlang_b
-from gpuvalues.planners.hpa import (
+from gpuvalues.planners.autoscaling.capacity import erlang_b
+from gpuvalues.planners.autoscaling.hpa import (
     DEFAULT_SYNC_PERIOD_S,
     HPA,
     MetricUnavailable,
@@ -332,7 +332,7 @@ def builtin_behaviors(startup_s: float) -> dict[str, Mapping[str, Any] | None]:
     """The behaviours compared by default: every sync may scale down (the flapping the
     seed warned about), the controller's legacy path (no `behavior`: 5-minute
     stabilization) and `autoscaling.recommended_behavior`."""
-    from gpuvalues.planners.autoscaling import recommended_behavior
+    from gpuvalues.planners.autoscaling.capacity import recommended_behavior
 
     return {"no-stabilization": NO_STABILIZATION, "legacy": None,
             "recommended": recommended_behavior(startup_s)}
@@ -340,7 +340,7 @@ def builtin_behaviors(startup_s: float) -> dict[str, Mapping[str, Any] | None]:
 
 def parse_metrics(text: str) -> tuple[SimMetric, ...]:
     """`queue=5,running=14,gpu_util=70`: metric kinds and per-pod targets (Quantities)."""
-    from gpuvalues.planners.hpa import milli_value
+    from gpuvalues.planners.autoscaling.hpa import milli_value
 
     metrics = []
     for item in (x.strip() for x in text.split(",") if x.strip()):
@@ -392,7 +392,7 @@ def plan_and_simulate(trace: Trace, *, replica_rps: float, gpus_per_replica: flo
     """Size the Deployment for the trace (base = its lowest load, peak = its highest) with
     `autoscaling.plan_capacity`, then replay the trace with each behaviour. Explicit
     `min_replicas`, `max_replicas` and `metrics` override the plan."""
-    from gpuvalues.planners.autoscaling import plan_capacity, replicas_for_load
+    from gpuvalues.planners.autoscaling.capacity import plan_capacity, replicas_for_load
 
     plan = plan_capacity(min(trace.rps), max(trace.rps), replica_rps, gpus_per_replica=gpus_per_replica,
                          gpu_mode=gpu_mode, server_type=server_type, max_queue_wait_s=queue_wait_slo_s,

@@ -1,0 +1,1 @@
+"""The MILP planner: the model (demands, pools, build_model), the HiGHS adapter, solving, certificates, diagnoses."""
