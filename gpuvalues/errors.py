@@ -313,7 +313,11 @@ class ValidationFailed(SpecError):
         self.findings = sorted(findings, key=Finding.sort_key)
         first = self.findings[0]
         more = len(self.findings) - 1
-        super().__init__(str(first) + (f" (and {more} more)" if more else ""))
+        text = str(first) + (f" (and {more} more)" if more else "")
+        super().__init__(text)
+        # one_line() would cut a long file path as if it were a quoted value; the finding
+        # has bounded its own parts, so only the whole line's length is bounded here.
+        self.message = text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE - 3] + "..."
 
     def __str__(self) -> str:
         return self.message
