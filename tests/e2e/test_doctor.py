@@ -188,15 +188,18 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
              lambda: kube.kubectl("label", "node", node, f"{gfd_opt_out}=false"),
              lambda: kube.kubectl("label", "node", node, f"{gfd_opt_out}-"))
         # 2. a wrong device-plugin config label: the device plugin re-runs with that config
+        # (another config of the same ConfigMap; the repair restores the node's own label)
         dp_label = "nvidia.com/device-plugin.config"
-        step("DR003", f"Node/{node}", "wrong device-plugin config label",
-             lambda: kube.kubectl("label", "node", node, "--overwrite", f"{dp_label}=ts-4-unrenamed"),
-             lambda: kube.kubectl("label", "node", node, "--overwrite", f"{dp_label}=ts-4"))
-        # 3. resource name mismatch: the device-plugin ConfigMap's ts-4 loses renameByDefault
-        # (an edit outside helm); the plugin on the node restarts and advertises nvidia.com/gpu
         [dp_cm] = [c for c in fleetlib.installed(kube, platform, "configmap")
                    if c["metadata"]["name"].endswith("-device-plugin-configs")]
         original = dict(dp_cm["data"])
+        own = kube.nodes()[node]["metadata"]["labels"][dp_label]
+        other = sorted(k for k in original if k != own)[0]
+        step("DR003", f"Node/{node}", "wrong device-plugin config label",
+             lambda: kube.kubectl("label", "node", node, "--overwrite", f"{dp_label}={other}"),
+             lambda: kube.kubectl("label", "node", node, "--overwrite", f"{dp_label}={own}"))
+        # 3. resource name mismatch: the device-plugin ConfigMap's configs lose renameByDefault
+        # (an edit outside helm); the plugin on the node restarts and advertises nvidia.com/gpu
 
         def dp_pod_restart():
             for p in kube.pods(ns, "app.kubernetes.io/name=gpu-inference-device-plugin"):
@@ -209,7 +212,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
             dp_pod_restart()
         unrenamed = {k: v.replace("renameByDefault: true", "renameByDefault: false") for k, v in original.items()}
         assert unrenamed != original, original
-        # the nodes whose group selects ts-4 re-read it (the emulator's config-manager, as
+        # the nodes whose group selects a renamed config re-read it (the emulator's config-manager, as
         # upstream, or the restarted pod): doctor must name exactly the nodes that then
         # advertise nvidia.com/gpu where gpu.shared belongs, as the API server shows them
         t = time.monotonic()
