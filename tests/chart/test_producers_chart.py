@@ -19,9 +19,17 @@ DEFAULTS = yaml.safe_load((CHART / "values.yaml").read_text())
 
 
 def pod_requirements(objs: list[dict]) -> dict[str, tuple[str, ...]]:
-    """In/Exists requirements of the workload Deployment's pods (every required term the
-    same here) and its nodeSelector."""
-    [dep] = [o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-gpu-inference")]
+    """In/Exists requirements of the workload's pods (every required term the same here) and
+    their nodeSelector: the Deployment's, or a LeaderWorkerSet's leader and workers (which
+    must agree)."""
+    [dep] = [o for o in objs if o["kind"] in ("Deployment", "LeaderWorkerSet")
+             and o["metadata"]["name"].endswith("-gpu-inference")]
+    if dep["kind"] == "LeaderWorkerSet":
+        lwt = dep["spec"]["leaderWorkerTemplate"]
+        leader, worker = (pod_requirements([{**dep, "kind": "Deployment", "spec": {"template": t}}])
+                          for t in (lwt["leaderTemplate"], lwt["workerTemplate"]))
+        assert leader == worker, (leader, worker)
+        return leader
     spec = dep["spec"]["template"]["spec"]
     out = {k: (v,) for k, v in (spec.get("nodeSelector") or {}).items()}
     terms = (spec.get("affinity", {}).get("nodeAffinity", {})
