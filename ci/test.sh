@@ -15,7 +15,9 @@ fi
 .venv/bin/ruff check gpuvalues tests bench ci
 .venv/bin/python ci/typecheck.py
 set +e
-.venv/bin/python -m pytest "$@"
+# one worker per core, each test file whole on one worker (module-scoped clusters stay
+# shared); TEST_WORKERS=0 runs in this process. Arguments after it override (-n 0).
+.venv/bin/python -m pytest -n "${TEST_WORKERS:-auto}" --dist loadfile "$@"
 rc=$?
 set -e
 # pytest exits 5 when it collected no test: that is a failure, not a pass.
