@@ -330,7 +330,7 @@ def test_a_pdb_that_never_allows_eviction_times_out_and_recovery_ends_it(kube, n
             sig.exporter.xid[x] = 79
         e2e_wait("draining", lambda: state(node(kube, x)) == "draining", timeout=20)
         e2e_wait("the drain gives up", lambda: state(node(kube, x)) == "drain-timed-out", timeout=20)
-        assert events_on(kube, "GpuNodeDrainTimedOut", x)
+        e2e_wait("the timeout's Event", lambda: events_on(kube, "GpuNodeDrainTimedOut", x), timeout=10)
         blocked = rem.sample("p", 'gpu_remediation_evictions_total{outcome="blocked"}')
         assert blocked >= 1, "the PDB never pushed back"
         time.sleep(2 * SYNC + 1)
@@ -403,7 +403,9 @@ def test_breaker_per_pool_rounds_up_latches_and_bad_records_skip_one_node(kube, 
                  and held(kube, cond3) and sum(held(kube, n) for n in p2) == 1, timeout=30)
         [first] = [n for n in p2 if held(kube, n)]
         [second] = [n for n in p2 if n != first]
-        assert state(node(kube, second)) == "suspect" and events_on(kube, "CircuitBreakerOpen", second)
+        # the hold's Event is written in the same sync as the first node's taint, after it: wait for it
+        e2e_wait("the breaker's Event on the second", lambda: events_on(kube, "CircuitBreakerOpen", second), timeout=10)
+        assert state(node(kube, second)) == "suspect"
         assert json.loads(_lease(kube, namespace)["metadata"]["annotations"][BREAKER_ANNOTATION]) == ["rem-p2"]
         for b in (bad1, bad2):
             assert events_on(kube, "InvalidRemediationRecord", b) and not held(kube, b)
