@@ -63,7 +63,7 @@ class Controller:
         self.elector = elector
         self.drainer = drainlib.Drainer(self.core, resource_prefixes=(opts.signals.gpu_resource_prefix,),
                                         dry_run=opts.dry_run, max_per_step=50, guard=self._guard,
-                                        read_timeout=self._read_budget)
+                                        read_timeout=self._read_budget, owner=OWNER)
         self.bucket = drainlib.TokenBucket(opts.evictions_per_minute)
         self.shadow: dict[str, Record] = {}   # --dry-run: the records we would have written
         self._said: dict[tuple[str, str], float] = {}  # (node, reason) -> when last reported

@@ -17,13 +17,30 @@
 
 Every eviction carries a UID precondition, so a new pod that reuses the name is never
 evicted by a stale decision (NVSentinel#1415/#1451: races on stale drain events).
+
+A LeaderWorkerSet group moves as a unit, through its leader: to drain any pod of a group
+the drainer evicts the group's leader with foreground propagation (as LWS recreates a group
+itself), so the group goes down once and comes back whole without the LWS controller having
+to catch a worker's brief terminating state.
+
+A LeaderWorkerSet group placed by exclusive topology (one group per domain, e.g. a rack)
+moves as a unit, and the domain it leaves has one node fewer. LWS schedules leader first,
+with no gang scheduling (sigs.k8s.io/lws issue 167): the recreated leader may land on a
+healthy node of that same domain, and its workers, which must share its domain, then stay
+Pending forever. So before the first eviction of such a group the drainer (given an
+`owner`) puts a `PreferNoSchedule` taint (`DOMAIN_TAINT_KEY`) on the other nodes of the
+drained node's domain: the scheduler prefers every other domain, and still uses this one
+when nothing else has room. The taints are recorded on the drained node
+(`DOMAIN_ANNOTATION`) and removed when that owner lets the node go (`uncordon`,
+`remove_taint`).
 """
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from gpuvalues.operations.kubeapi import MAX_LIST_BYTES, answered, read_json
 from gpuvalues.operations.remediation import PREFIX
@@ -37,7 +54,7 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 # --- what a pod is --------------------------------------------------------------------------
 
-def is_gpu_pod(pod: Mapping, prefixes: tuple[str, ...] = ("nvidia.com/",)) -> bool:
+def is_gpu_pod(pod: Mapping[str, Any], prefixes: tuple[str, ...] = ("nvidia.com/",)) -> bool:
     """The pod asks for a GPU: an extended resource with one of `prefixes` in a container's
     limits or requests, or a DRA resource claim."""
     spec = pod.get("spec") or {}
@@ -51,7 +68,7 @@ def is_gpu_pod(pod: Mapping, prefixes: tuple[str, ...] = ("nvidia.com/",)) -> bo
     return False
 
 
-def skip_reason(pod: Mapping) -> str | None:
+def skip_reason(pod: Mapping[str, Any]) -> str | None:
     """Why a drain leaves this pod alone (None: it must go), as kubectl drain's filters."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     if meta.get("deletionTimestamp"):
@@ -69,6 +86,36 @@ def skip_reason(pod: Mapping) -> str | None:
 # api/leaderworkerset/v1/leaderworkerset_types.go SetNameLabelKey); under its default
 # restartPolicy RecreateGroupOnPodRestart, evicting one pod of a group recreates the group.
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+# The LWS controller copies the set's exclusive-topology annotation onto every pod of a group
+# (pkg/controllers/pod_controller.go, leaderworkerset_controller.go; the pod webhook turns it
+# into the group's (anti-)affinity on that topology key).
+LWS_EXCLUSIVE_ANNOTATION = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+DOMAIN_TAINT_KEY = f"{PREFIX}/domain-degraded"
+DOMAIN_TAINT_EFFECT = "PreferNoSchedule"
+DOMAIN_ANNOTATION = f"{PREFIX}/degraded-domain"   # on the drained node: {owner: [mates tainted]}
+
+
+LWS_GROUP_LABEL = "leaderworkerset.sigs.k8s.io/group-index"   # leaderworkerset_types.go GroupIndexLabelKey
+LWS_WORKER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"  # WorkerIndexLabelKey: "0" is the leader
+LWS_LEADER_ANNOTATION = "leaderworkerset.sigs.k8s.io/leader-name"  # LeaderPodNameAnnotationKey, on workers
+
+
+def lws_group(pod: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(namespace, LeaderWorkerSet, group index) of a LeaderWorkerSet pod, else None: the
+    pods of one group go down together, whichever of them is evicted."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if not labels.get(LWS_NAME_LABEL) or LWS_GROUP_LABEL not in labels:
+        return None
+    return meta.get("namespace", ""), labels[LWS_NAME_LABEL], labels[LWS_GROUP_LABEL]
+
+
+def exclusive_topology_key(pod: Mapping[str, Any]) -> str | None:
+    """The topology key a LeaderWorkerSet pod's group must share (one group per domain)."""
+    meta = pod.get("metadata") or {}
+    if not (meta.get("labels") or {}).get(LWS_NAME_LABEL):
+        return None
+    return (meta.get("annotations") or {}).get(LWS_EXCLUSIVE_ANNOTATION) or None
 
 
 def disruption_unit(pod: Mapping[str, Any]) -> tuple[str, str]:
@@ -189,8 +236,9 @@ class Drainer:
     def __init__(self, core, *, gpu_only: bool = True, resource_prefixes: tuple[str, ...] = ("nvidia.com/",),
                  backoff: Backoff | None = None, max_per_step: int = 10, dry_run: bool = False,
                  wall: Callable[[], float] = time.time, guard: Callable[[], None] | None = None,
-                 read_timeout: Callable[[], float] = lambda: 30.0):
+                 read_timeout: Callable[[], float] = lambda: 30.0, owner: str | None = None):
         self.core = core
+        self.owner = owner          # who marks a LeaderWorkerSet group's domain (None: nobody)
         self.gpu_only = gpu_only
         self.prefixes = resource_prefixes
         self.backoff = backoff or Backoff()
@@ -261,13 +309,35 @@ class Drainer:
                 continue
             touched.add(owner)
             pol = self.policy(ns)
+            propagation = None
+            if lws_group(p) is not None:
+                # A group moves through its leader: evicted, it takes the group's workers with
+                # it (their StatefulSet is the leader's dependent) and its StatefulSet recreates
+                # the group. Foreground, as LWS itself recreates a group (pod_controller.go,
+                # handleRestartPolicy): the leader stays until its workers are gone, so the new
+                # group never meets the old one. Evicting a worker instead relies on the LWS
+                # controller seeing it terminating; a pod gone before it looks (no grace
+                # period, a controller restart) leaves the old leader with a new worker that
+                # cannot join its group.
+                leader = self.group_leader(p)
+                if leader is None or (leader.get("metadata") or {}).get("deletionTimestamp") \
+                        or leader["metadata"].get("uid", "") in already:
+                    continue                          # the group is already going: p goes with it
+                ns, name, uid = leader["metadata"]["namespace"], leader["metadata"]["name"], leader["metadata"].get("uid", "")
+                if not self.backoff.ready(uid):
+                    continue
+                propagation = "Foreground"
+                key = exclusive_topology_key(p)
+                if key and self.owner:
+                    # before the eviction: LWS recreates the group within a second of it
+                    mark_domain(self.core, node, key, self.owner, dry_run=self.dry_run, guard=self.guard)
             if self.guard is not None:
                 self.guard()
             if pol.mode == "DeleteAfterTimeout" and pol.delete_after_s is not None \
                     and self.wall() - since >= pol.delete_after_s:
-                res = self.delete(ns, name, uid)
+                res = self.delete(ns, name, uid, propagation)
             else:
-                res = self.evict(ns, name, uid)
+                res = self.evict(ns, name, uid, propagation)
             results.append(res)
             if res.outcome in ("evicted", "gone", "deleted"):
                 self.backoff.forget(uid)
@@ -278,14 +348,38 @@ class Drainer:
         remaining += [(p["metadata"]["namespace"], p["metadata"]["name"], p["metadata"].get("uid", "")) for p in leaving]
         return DrainProgress(tuple(remaining), tuple(results), tuple(skipped))
 
-    def evict(self, namespace: str, name: str, uid: str) -> Eviction:
-        """POST an Eviction (policy/v1) with a UID precondition."""
+    def group_leader(self, pod: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The leader pod of a LeaderWorkerSet pod's group (the pod itself for a leader), read
+        from the API server; None when it is gone or is not this group's (being replaced).
+        Workers name it in an annotation (pod_controller.go, LeaderPodNameAnnotationKey)."""
+        from kubernetes.client.exceptions import ApiException
+
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if labels.get(LWS_WORKER_LABEL) == "0":
+            return dict(pod)
+        name = (meta.get("annotations") or {}).get(LWS_LEADER_ANNOTATION) \
+            or f"{labels.get(LWS_NAME_LABEL)}-{labels.get(LWS_GROUP_LABEL)}"
+        try:
+            leader: dict[str, Any] = read_json(self.core.read_namespaced_pod(name, meta.get("namespace", ""),
+                                                                             _preload_content=False),
+                                               timeout_s=self.read_timeout(), what=f"the leader pod {name}")
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return leader if lws_group(leader) == lws_group(pod) else None
+
+    def evict(self, namespace: str, name: str, uid: str, propagation: str | None = None) -> Eviction:
+        """POST an Eviction (policy/v1) with a UID precondition (and `propagation`, the
+        delete's propagationPolicy: the Eviction API deletes with the options given)."""
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
         body = client.V1Eviction(
             metadata=client.V1ObjectMeta(name=name, namespace=namespace),
             delete_options=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None,
+                                                  propagation_policy=propagation,
                                                   dry_run=["All"] if self.dry_run else None))
         try:
             answered(self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False),
@@ -294,14 +388,14 @@ class Drainer:
         except ApiException as e:
             return Eviction(namespace, name, uid, _outcome(e.status), _message(e))
 
-    def delete(self, namespace: str, name: str, uid: str) -> Eviction:
+    def delete(self, namespace: str, name: str, uid: str, propagation: str | None = None) -> Eviction:
         """Delete a pod (only for namespaces that opted into delete-after-timeout)."""
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
         try:
             answered(self.core.delete_namespaced_pod(name, namespace, body=client.V1DeleteOptions(
-                preconditions=client.V1Preconditions(uid=uid) if uid else None,
+                preconditions=client.V1Preconditions(uid=uid) if uid else None, propagation_policy=propagation,
                 dry_run=["All"] if self.dry_run else None), _preload_content=False), f"the delete of {namespace}/{name}")
             return Eviction(namespace, name, uid, "deleted")
         except ApiException as e:
@@ -344,6 +438,27 @@ def _with_owner(node: Mapping, owner: str, what: str, add: bool) -> str:
     return json.dumps(data, sort_keys=True)
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _retry_on_conflict(fn: _F) -> _F:
+    """Run a read-decide-patch helper again (a few times) when its patch meets a newer
+    resourceVersion (409): each try re-reads the node and decides anew, as client-go's
+    retry.RetryOnConflict. A node changes often by itself (status, the node lifecycle
+    controller's unschedulable taint right after a cordon or uncordon)."""
+    @functools.wraps(fn)
+    def run(*args: Any, **kw: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+        for attempt in range(5):
+            try:
+                return fn(*args, **kw)
+            except ApiException as e:
+                if e.status != 409 or attempt == 4:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+    return run  # type: ignore[return-value]
+
+
 def _read(core, name: str) -> dict:
     return read_json(core.read_node(name, _preload_content=False), what=f"node {name}")
 
@@ -361,6 +476,77 @@ def _patch(core, node: dict, spec: dict | None, annotations: dict | None, dry_ru
              f"node {node['metadata']['name']}")
 
 
+def domain_marks(node: Mapping[str, Any]) -> dict[str, list[str]]:
+    """owner -> the other nodes of this node's domain it tainted (DOMAIN_ANNOTATION)."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(DOMAIN_ANNOTATION) or "{}"
+    try:
+        data = json.loads(raw)
+        return {str(k): [str(x) for x in v] for k, v in data.items() if isinstance(v, list)}
+    except (ValueError, AttributeError):
+        return {}
+
+
+@_retry_on_conflict
+def mark_domain(core: Any, name: str, key: str, owner: str, dry_run: bool = False,
+                guard: Callable[[], None] | None = None) -> list[str]:
+    """Taint the other nodes of `name`'s domain (same value of label `key`) with
+    DOMAIN_TAINT_KEY:PreferNoSchedule as `owner`, and record them on `name`. Idempotent;
+    returns the nodes marked (none when `name` has no such label)."""
+    node = _read(core, name)
+    value = ((node.get("metadata") or {}).get("labels") or {}).get(key)
+    if value is None:
+        return []
+    marks = domain_marks(node)
+    if owner in marks:
+        return marks[owner]
+    resp = core.list_node(label_selector=f"{key}={value}", _preload_content=False)
+    mates = sorted(n["metadata"]["name"] for n in read_json(resp, MAX_LIST_BYTES, what=f"the nodes of {key}={value}")["items"]
+                   if n["metadata"]["name"] != name)
+    if guard is not None:
+        guard()
+    # recorded first: a crash between the two writes leaves a record to undo, never a stray taint
+    _patch(core, node, None, {DOMAIN_ANNOTATION: json.dumps({**marks, owner: mates}, sort_keys=True)}, dry_run)
+    for m in mates:
+        if guard is not None:
+            guard()
+        add_taint(core, m, DOMAIN_TAINT_KEY, DOMAIN_TAINT_EFFECT, owner, dry_run=dry_run)
+    return mates
+
+
+@_retry_on_conflict
+def unmark_domain(core: Any, name: str, owner: str, dry_run: bool = False) -> list[str]:
+    """Undo `mark_domain(name, ..., owner)`: remove `owner`'s domain taint from the nodes
+    recorded on `name` (a mate another drain of the same owner still marks keeps it)."""
+    node = _read(core, name)
+    marks = domain_marks(node)
+    mates = marks.pop(owner, None)
+    if mates is None:
+        return []
+    _patch(core, node, None, {DOMAIN_ANNOTATION: json.dumps(marks, sort_keys=True) if marks else None}, dry_run)
+    # one taint per owner on a mate: keep it while another node of this owner marks it
+    from kubernetes.client.exceptions import ApiException
+    others = set()
+    try:
+        resp = core.list_node(_preload_content=False)
+        for n in read_json(resp, MAX_LIST_BYTES, what="the nodes")["items"]:
+            if n["metadata"]["name"] != name:
+                others.update(domain_marks(n).get(owner, []))
+    except ApiException:
+        others = set(mates)         # unsure: leave them marked rather than unmark a live drain's
+    done = []
+    for m in mates:
+        if m in others:
+            continue
+        try:
+            if remove_taint(core, m, DOMAIN_TAINT_KEY, owner, dry_run=dry_run):
+                done.append(m)
+        except ApiException as e:
+            if e.status != 404:     # a mate deleted meanwhile has no taint left
+                raise
+    return done
+
+
+@_retry_on_conflict
 def cordon(core, name: str, owner: str, dry_run: bool = False) -> bool:
     """Mark the node unschedulable and record `owner` as the one who did. A node already
     cordoned by someone else is left as it is (returns False: not ours)."""
@@ -371,6 +557,7 @@ def cordon(core, name: str, owner: str, dry_run: bool = False) -> bool:
     return True
 
 
+@_retry_on_conflict
 def uncordon(core, name: str, owner: str, dry_run: bool = False) -> bool:
     """Uncordon only if `owner` cordoned the node; returns whether it did."""
     node = _read(core, name)
@@ -379,9 +566,12 @@ def uncordon(core, name: str, owner: str, dry_run: bool = False) -> bool:
     others = [o for o, items in owners(node).items() if o != owner and "cordon" in items]
     spec = None if others else {"unschedulable": None}
     _patch(core, node, spec, {OWNER_ANNOTATION: _with_owner(node, owner, "cordon", False)}, dry_run)
+    if owner in domain_marks(node):
+        unmark_domain(core, name, owner, dry_run)
     return True
 
 
+@_retry_on_conflict
 def add_taint(core, name: str, key: str, effect: str, owner: str, value: str = "",
               extra_annotations: Mapping[str, str] | None = None, dry_run: bool = False) -> bool:
     """Add taint key:effect, recorded as `owner`'s. A taint with that key that someone else
@@ -401,6 +591,7 @@ def add_taint(core, name: str, key: str, effect: str, owner: str, value: str = "
     return True
 
 
+@_retry_on_conflict
 def remove_taint(core, name: str, key: str, owner: str,
                  extra_annotations: Mapping[str, str] | None = None, dry_run: bool = False) -> bool:
     """Remove taint `key` only if `owner` added it; returns whether it did."""
@@ -412,6 +603,8 @@ def remove_taint(core, name: str, key: str, owner: str,
     taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t["key"] != key]
     ann = {OWNER_ANNOTATION: _with_owner(node, owner, f"taint:{key}", False), **(extra_annotations or {})}
     _patch(core, node, {"taints": taints}, ann, dry_run)
+    if key != DOMAIN_TAINT_KEY and owner in domain_marks(node):
+        unmark_domain(core, name, owner, dry_run)
     return True
 
 

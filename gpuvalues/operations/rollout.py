@@ -797,7 +797,7 @@ class Rollout:
         self.core = core
         self.waves = list(waves)
         self.poll, self.timeout = poll, timeout
-        self.drainer = drainer or drain.Drainer(core)
+        self.drainer = drainer or drain.Drainer(core, owner=OWNER)
         self.log, self.clock, self.sleep = log, clock, sleep
         self.events = events
         self.results: dict[str, NodeResult] = {}

@@ -152,3 +152,186 @@ def test_a_drain_counts_a_leaderworkerset_group_as_one_disruption():
     # control: without the LWS label, the controller decides, as before
     assert disruption_unit(pod("p", "rs-1")) == ("ns", "rs-1")
     assert disruption_unit(pod("q", "rs-2")) != disruption_unit(pod("p", "rs-1"))
+
+
+class _Core:
+    """An in-memory stand-in for CoreV1Api's node, pod and eviction calls (JSON merge patch,
+    resourceVersion checked), so the domain mark's bookkeeping is tested on every branch;
+    tests/e2e/test_multinode.py runs it on the real API server, scheduler and LWS controller."""
+
+    def __init__(self, nodes: dict[str, dict], pods: list[dict] = ()):
+        self.nodes = {n: {"metadata": {"name": n, "labels": labels, "annotations": {}, "resourceVersion": "1"},
+                          "spec": {}} for n, labels in nodes.items()}
+        self.pods = list(pods)
+        self.log: list[str] = []
+        self.meddle = 0
+
+    @staticmethod
+    def _answer(obj):
+        import io
+        import json
+        return io.BytesIO(json.dumps(obj).encode())
+
+    def read_node(self, name, _preload_content=False):
+        return self._answer(self.nodes[name])
+
+    def list_node(self, label_selector=None, _preload_content=False):
+        items = list(self.nodes.values())
+        if label_selector:
+            k, v = label_selector.split("=")
+            items = [n for n in items if n["metadata"]["labels"].get(k) == v]
+        return self._answer({"items": items})
+
+    def patch_node(self, name, body, _content_type=None, _preload_content=False, **kw):
+        from kubernetes.client.exceptions import ApiException
+        node = self.nodes[name]
+        if self.meddle:                          # someone else wrote the node since we read it
+            self.meddle -= 1
+            node["metadata"]["resourceVersion"] += "0"
+        if body["metadata"].pop("resourceVersion") != node["metadata"]["resourceVersion"]:
+            self.log.append(f"409 {name}")
+            raise ApiException(status=409)
+
+        def merge(dst, src):
+            for k, v in src.items():
+                if v is None:
+                    dst.pop(k, None)
+                elif isinstance(v, dict) and isinstance(dst.get(k), dict):
+                    merge(dst[k], v)
+                else:
+                    dst[k] = v
+        merge(node, body)
+        node["metadata"]["resourceVersion"] = str(int(node["metadata"]["resourceVersion"]) + 1)
+        self.log.append(f"patch {name}")
+        return self._answer({})
+
+    def list_pod_for_all_namespaces(self, field_selector, _preload_content=False):
+        node = field_selector.split("=")[1]
+        return self._answer({"items": [p for p in self.pods if p["spec"]["nodeName"] == node]})
+
+    def read_namespace(self, name, _preload_content=False):
+        return self._answer({"metadata": {"name": name}})
+
+    def read_namespaced_pod(self, name, namespace, _preload_content=False):
+        from kubernetes.client.exceptions import ApiException
+        for p in self.pods:
+            if p["metadata"]["name"] == name:
+                return self._answer(p)
+        raise ApiException(status=404)
+
+    def create_namespaced_pod_eviction(self, name, namespace, body, _preload_content=False):
+        self.log.append(f"evict {name} {body.delete_options.propagation_policy}")
+        for p in self.pods:
+            if p["metadata"]["name"] == name:
+                p["metadata"]["deletionTimestamp"] = "now"
+        return self._answer({})
+
+    def taints(self, name):
+        return [(t["key"], t["effect"]) for t in self.nodes[name]["spec"].get("taints") or []]
+
+
+RACK = "example.com/rack"
+
+
+def _lws_pod(name, node, exclusive=True, worker="0"):
+    ann = {"leaderworkerset.sigs.k8s.io/exclusive-topology": RACK} if exclusive else {}
+    if worker != "0":
+        ann["leaderworkerset.sigs.k8s.io/leader-name"] = "big-0"
+    return {"metadata": {"name": name, "namespace": "ns", "uid": name, "annotations": ann,
+                         "labels": {"leaderworkerset.sigs.k8s.io/name": "big", "leaderworkerset.sigs.k8s.io/group-index": "0",
+                                    "leaderworkerset.sigs.k8s.io/worker-index": worker}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+            "status": {"phase": "Running"}}
+
+
+def test_a_drained_groups_rack_is_marked_before_the_eviction_and_unmarked_with_the_uncordon():
+    """LWS schedules a recreated group leader first (no gang scheduling, lws#167): the rest of
+    the drained node's rack gets a PreferNoSchedule mark, so the leader does not take a node
+    whose rack its workers cannot join; only the marking owner's release removes it."""
+    from gpuvalues.operations import drain
+
+    core = _Core({"a0": {RACK: "a"}, "a1": {RACK: "a"}, "a2": {RACK: "a"}, "b0": {RACK: "b"}},
+                 [_lws_pod("big-0", "b0"), _lws_pod("big-0-1", "a1", worker="1")])
+    mark = (drain.DOMAIN_TAINT_KEY, "PreferNoSchedule")
+    drain.cordon(core, "a1", "rem")
+    res = drain.Drainer(core, owner="rem").step("a1", 0.0)
+    # the group moves through its leader (on another node), foreground, as LWS recreates a group
+    assert [(r.name, r.outcome) for r in res.results] == [("big-0", "evicted")]
+    assert core.log.index("patch a0") < core.log.index("evict big-0 Foreground")     # marked first
+    # the next step evicts nothing: the leader is terminating, the worker goes with it
+    again = drain.Drainer(core, owner="rem").step("a1", 0.0)
+    assert again.results == () and [x[1] for x in again.remaining] == ["big-0-1"]
+    assert [mark in core.taints(n) for n in ("a0", "a1", "a2", "b0")] == [True, False, True, False]
+    assert drain.domain_marks(core.nodes["a1"]) == {"rem": ["a0", "a2"]}
+    # idempotent: the next step does not mark again
+    n = len(core.log)
+    drain.mark_domain(core, "a1", RACK, "rem")
+    assert len(core.log) == n
+    # a second drained node of the rack (same owner) keeps a2's mark past a1's release
+    drain.cordon(core, "a0", "rem")
+    drain.mark_domain(core, "a0", RACK, "rem")
+    # someone else's uncordon does not unmark; the owner's does
+    assert not drain.uncordon(core, "a1", "other")
+    assert mark in core.taints("a2")
+    assert drain.uncordon(core, "a1", "rem")
+    assert drain.domain_marks(core.nodes["a1"]) == {}
+    assert mark in core.taints("a2")          # still marked for a0's drain
+    assert mark in core.taints("a1") and mark not in core.taints("a0")    # a1: marked for a0's drain
+    assert drain.uncordon(core, "a0", "rem")
+    assert not any(mark in core.taints(n) for n in core.nodes)
+
+
+def test_the_remediation_taints_release_unmarks_the_rack_too():
+    from gpuvalues.operations import drain
+
+    core = _Core({"a0": {RACK: "a"}, "a1": {RACK: "a"}}, [_lws_pod("big-0", "a1")])
+    drain.add_taint(core, "a1", "q", "NoSchedule", "rem")
+    drain.Drainer(core, owner="rem").step("a1", 0.0)
+    assert (drain.DOMAIN_TAINT_KEY, "PreferNoSchedule") in core.taints("a0")
+    assert drain.remove_taint(core, "a1", "q", "rem")
+    assert core.taints("a0") == [] and core.taints("a1") == []
+
+
+@pytest.mark.parametrize("pod,owner", [
+    (_lws_pod("big-0", "a1", exclusive=False), "rem"),   # an LWS without exclusive topology
+    (_lws_pod("big-0", "a1"), None),                     # a drainer with no owner (dry tools)
+])
+def test_no_mark_without_an_exclusive_group_or_an_owner(pod, owner):
+    from gpuvalues.operations import drain
+
+    core = _Core({"a0": {RACK: "a"}, "a1": {RACK: "a"}}, [pod])
+    res = drain.Drainer(core, owner=owner).step("a1", 0.0)
+    assert [r.outcome for r in res.results] == ["evicted"]       # control: the drain ran
+    assert core.taints("a0") == [] and drain.domain_marks(core.nodes["a1"]) == {}
+
+
+def test_a_worker_whose_leader_is_gone_waits_for_its_group_and_a_plain_pod_is_evicted_itself():
+    from gpuvalues.operations import drain
+
+    plain = {"metadata": {"name": "web", "namespace": "ns", "uid": "web", "labels": {}},
+             "spec": {"nodeName": "a1", "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+             "status": {"phase": "Running"}}
+    core = _Core({"a1": {RACK: "a"}}, [_lws_pod("big-0-1", "a1", worker="1"), plain])   # no leader: recreating
+    res = drain.Drainer(core, owner="rem").step("a1", 0.0)
+    assert [(r.name, r.outcome) for r in res.results] == [("web", "evicted")]
+    assert "evict web None" in core.log and sorted(x[1] for x in res.remaining) == ["big-0-1", "web"]
+
+
+def test_node_writes_retry_a_conflict_reading_the_node_again():
+    """The node lifecycle controller rewrites a node right after an uncordon (its
+    unschedulable taint): a patch with the read resourceVersion then meets 409; the helpers
+    read again and decide anew (client-go retry.RetryOnConflict), a few times, then give up."""
+    from kubernetes.client.exceptions import ApiException
+
+    from gpuvalues.operations import drain
+
+    core = _Core({"a1": {RACK: "a"}})
+    drain.cordon(core, "a1", "rem")
+    core.meddle = 2
+    assert drain.uncordon(core, "a1", "rem")
+    assert core.log.count("409 a1") == 2 and not core.nodes["a1"]["spec"].get("unschedulable")
+    drain.add_taint(core, "a1", "q", "NoSchedule", "rem")
+    core.meddle = 99                                  # never settles: the conflict is raised
+    with pytest.raises(ApiException) as e:
+        drain.remove_taint(core, "a1", "q", "rem")
+    assert e.value.status == 409 and core.taints("a1") == [("q", "NoSchedule")]
