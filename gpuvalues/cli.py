@@ -225,8 +225,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if args.dry_run:                   # never a kubeconfig read or an API call
         waves = rollout.plan_waves(changes, {}, {}, **limits)
         say(args, "gpuvalues: rollout: dry run: the cluster is not contacted, so these waves use the pool "
-                  "limits only (the rollout also reads PodDisruptionBudgets and may split them further)")
-        emit(args, {"waves": [{"index": w.index, "pods": w.pods, "nodes": [
+                  "limits only (the rollout also reads PodDisruptionBudgets, which may split them further, "
+                  "and LeaderWorkerSet groups, whose nodes move together in one wave)")
+        emit(args, {"waves": [{"index": w.index, "pods": w.pods, "notes": list(w.notes), "nodes": [
             {"node": c.node, "pool": c.pool, "from": c.from_config, "to": c.to, "resources": dict(c.resources)}
             for c in w.changes]} for w in waves]}, lambda _: rollout.describe(waves))
         return 0
@@ -241,8 +242,11 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
     with rollout.api_errors():
         rollout.check_cluster(rollout.list_nodes(core), replan)
-        pods, allowance = rollout.pods_and_budgets(core, policy, [c.node for c in changes])
-        waves = rollout.plan_waves(changes, pods, allowance, **limits)
+        pods, allowance, groups = rollout.pods_and_budgets(core, policy, [c.node for c in changes])
+        waves = rollout.plan_waves(changes, pods, allowance, groups=groups, **limits)
+        for w in waves:
+            for note in w.notes:
+                say(args, f"gpuvalues: rollout: wave {w.index}: {note}")
         if configmap:
             written = rollout.apply_mig_parted_config(core, *configmap, replan.mig_parted_config or {})
             say(args, f"gpuvalues: configmap {args.configmap}: wrote {len(written)} mig-parted configs")

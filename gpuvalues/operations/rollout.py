@@ -20,9 +20,11 @@ cordon, drain, relabel and uncordon by hand, gpu-operator#262). Per changed node
 
 Each step is a core/v1 Event on the Node. Nodes the re-plan does not change are never
 touched. Waves (`plan_waves`, pure) hold at most
-`max_unavailable_per_pool` nodes of a pool, and for every PodDisruptionBudget at most its
-`disruptionsAllowed` pods across the wave's nodes (a node whose pods alone exceed it goes
-alone; the Eviction API then paces it). Progress lives on the node (annotation
+`max_unavailable_per_pool` disruption units of a pool (a node, or all the changed nodes of
+one LeaderWorkerSet group: they go down together, so they move in one wave), and for every
+PodDisruptionBudget at most its `disruptionsAllowed` pods across the wave's nodes (a unit
+whose pods alone exceed it, or whose nodes exceed `max_nodes_per_wave`, moves whole in a
+wave of its own, and the wave says so; the Eviction API then paces it). Progress lives on the node (annotation
 `ROLLOUT_ANNOTATION`: target config and step), so a rollout that stops resumes where it was.
 A node whose annotation stops parsing while the rollout runs (`BadNodeState`) is skipped
 with a Warning Event and left as it is; the others go on, and `run()` then raises GV071.
@@ -30,7 +32,8 @@ Every answer from the API server is read with a size cap and a deadline (kubeapi
 
 Public API: `NodeChange`, `Wave`, `load_replan(path)`, `replan_changes(data)`, `ReplanFile`,
 `changes_from_replan(d)`, `check_option`, `check_cluster`, `parse_state`, `expected_resources(devices)`,
-`plan_waves(changes, pods, allowance, *, max_unavailable_per_pool=1, max_nodes_per_wave=None)`,
+`plan_waves(changes, pods, allowance, *, max_unavailable_per_pool=1, max_nodes_per_wave=None, groups=())`,
+`disruption_units`, `pods_and_budgets`,
 `describe(waves)` (the `--dry-run` text), `Rollout(core, waves, ...).run()`.
 """
 from __future__ import annotations
@@ -96,6 +99,7 @@ class Wave:
     index: int
     changes: tuple[NodeChange, ...]
     pods: int = 0                     # GPU pods on these nodes when planned
+    notes: tuple[str, ...] = ()       # a unit over a limit, moved whole in this wave (plan_waves)
 
 
 def expected_resources(devices: Iterable[Mapping[str, int] | None]) -> dict[str, int]:
@@ -502,23 +506,60 @@ class _Room:
         return i - self.size
 
 
+def disruption_units(changes: Sequence[NodeChange], groups: Iterable[Iterable[str]]) -> list[list[NodeChange]]:
+    """The changed nodes as disruption units: nodes that share a LeaderWorkerSet group (one
+    of `groups`, each the nodes one group's pods run on) are one unit, transitively (a group
+    on nodes a, b and another on b, c make a, b and c one unit): draining any of them takes
+    the whole group down, so they move in one wave. Every other node is a unit of its own.
+    Units keep the order of `changes`' first members; nodes inside a unit keep theirs."""
+    index = {c.node: i for i, c in enumerate(changes)}
+    parent = list(range(len(changes)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for g in groups:
+        mine = sorted({index[n] for n in g if n in index})
+        for j in mine[1:]:
+            a, b = root(mine[0]), root(j)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    units: dict[int, list[NodeChange]] = {}
+    for i, c in enumerate(changes):
+        units.setdefault(root(i), []).append(c)
+    return list(units.values())
+
+
 def plan_waves(changes: Sequence[NodeChange], pods: Mapping[str, Mapping[str, int]],
                allowance: Mapping[str, int], *, max_unavailable_per_pool: int = 1,
-               max_nodes_per_wave: int | None = None) -> tuple[Wave, ...]:
+               max_nodes_per_wave: int | None = None, groups: Iterable[Iterable[str]] = ()) -> tuple[Wave, ...]:
     """Group `changes` into waves. `pods[node][budget]` = GPU pods on `node` covered by the
-    PodDisruptionBudget `budget`; `allowance[budget]` = its disruptionsAllowed. A wave holds at
-    most `max_unavailable_per_pool` nodes per pool (and `max_nodes_per_wave` in all), and per
-    budget at most its allowance of pods, except a node that alone exceeds it (alone in its wave).
-    Nodes with the fewest pods go first; the order is deterministic.
+    PodDisruptionBudget `budget`; `allowance[budget]` = its disruptionsAllowed; `groups` =
+    the nodes of each LeaderWorkerSet group (`pods_and_budgets`).
 
-    The rule is a greedy scan: wave 1 takes, in order, every node that still fits it, wave 2
-    the same over the rest, and so on. A wave only fills as the scan goes, so a node that does
+    What moves is a disruption unit (`disruption_units`): a node, or all the changed nodes of
+    a LeaderWorkerSet group, which go down together whichever of them is drained, so they are
+    cordoned and drained in one wave (never one wave each: the group would go down twice).
+    A wave holds at most `max_unavailable_per_pool` units per pool (a unit counts once in each
+    pool it has nodes in: one group down is one replica down, however many nodes it spans),
+    at most `max_nodes_per_wave` nodes in all, and per budget at most its allowance of pods.
+    A unit that alone exceeds the node limit or a budget's allowance is never split (that
+    would take its group down twice) nor left waiting (no wave would ever take it): it gets a
+    wave of its own (nothing else joins it where it is over) and the wave says so
+    (`Wave.notes`, printed by `describe` and `--dry-run`; the Eviction API then paces its pods).
+    Units with the fewest pods go first; the order is deterministic.
+
+    The rule is a greedy scan: wave 1 takes, in order, every unit that still fits it, wave 2
+    the same over the rest, and so on. A wave only fills as the scan goes, so a unit that does
     not fit a wave when the scan reaches it never fits it later: the scan is the same as giving
-    each node, in order, the first wave it fits (or a new one). That is what runs here: a
-    "next wave with room" pointer (path-compressed) per pool and for the wave size, and per
-    budget a tree of what each wave still allows, so a node jumps to the first wave each of
+    each unit, in order, the first wave it fits (or a new one). That is what runs here: a
+    "next wave with room" pointer (path-compressed) per pool, and for the wave size and per
+    budget a tree of what each wave still allows, so a unit jumps to the first wave each of
     its constraints allows (in O(log n)) instead of rescanning: O(n log n) in all, as long as
-    one node's constraints do not send it back and forth between many waves (each jump passes
+    one unit's constraints do not send it back and forth between many waves (each jump passes
     waves one constraint refuses). tests/unit/test_rollout.py holds it to the scan itself."""
     if not _count(max_unavailable_per_pool, 1, MAX_CHANGES):
         raise RolloutInputError("max unavailable per pool must be a whole number >= 1",
@@ -526,12 +567,22 @@ def plan_waves(changes: Sequence[NodeChange], pods: Mapping[str, Mapping[str, in
     if max_nodes_per_wave is not None and not _count(max_nodes_per_wave, 1, MAX_CHANGES):
         raise RolloutInputError("max nodes per wave must be a whole number >= 1", field="--max-nodes-per-wave",
                                 code="GV046")
-    order = sorted(changes, key=lambda c: (sum(pods.get(c.node, {}).values()), c.pool, c.node))
+
+    def unit_pods(u: list[NodeChange]) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for c in u:
+            total.update(pods.get(c.node, {}))
+        return total
+
+    units = [(u, unit_pods(u)) for u in disruption_units(changes, groups)]
+    units.sort(key=lambda x: (sum(x[1].values()), x[0][0].pool, x[0][0].node))
     members: list[list[NodeChange]] = []
-    per_pool: list[Counter] = []
+    per_pool: list[Counter[str]] = []
+    notes: list[list[str]] = []
     # skip[key][w]: a later wave to try instead of w, which has no room left for `key`
     skip: dict[Any, dict[int, int]] = {}
     room: dict[str, _Room] = {}                       # per budget: pods it still allows, per wave
+    size = _Room(max_nodes_per_wave, len(changes)) if max_nodes_per_wave is not None else None
 
     def first(key: Any, w: int) -> int:
         table = skip.get(key)
@@ -547,31 +598,44 @@ def plan_waves(changes: Sequence[NodeChange], pods: Mapping[str, Mapping[str, in
     def full(key: Any, w: int) -> None:
         skip.setdefault(key, {})[w] = w + 1
 
-    for c in order:
-        mine = {b: n for b, n in pods.get(c.node, {}).items() if b in allowance and n}
+    for unit, counted in units:
+        mine = {b: n for b, n in counted.items() if b in allowance and n}
+        pools = sorted({c.pool for c in unit})
+        over = [f"{n} pods of PodDisruptionBudget {b}, which allows {allowance[b]} disruption(s)"
+                for b, n in sorted(mine.items()) if n > allowance[b]]
+        if max_nodes_per_wave is not None and len(unit) > max_nodes_per_wave:
+            over.append(f"{len(unit)} nodes, over --max-nodes-per-wave {max_nodes_per_wave}")
         w = len(members)                              # a new wave, unless an earlier one fits
-        if all(n <= allowance[b] for b, n in mine.items()):
+        if not over:
             w = 0
             while True:                               # the first wave every constraint allows
-                nxt = first(("pool", c.pool), first("size", w))
+                nxt = size.first(w, len(unit)) if size is not None else w
+                for pool in pools:
+                    nxt = first(("pool", pool), nxt)
                 for b, n in mine.items():
                     nxt = room[b].first(nxt, n) if b in room else nxt
-                if nxt == w or nxt >= len(members):       # a new wave takes any node that fits alone
+                if nxt == w or nxt >= len(members):       # a new wave takes any unit that fits alone
                     w = min(nxt, len(members))
                     break
                 w = nxt
         if w == len(members):
             members.append([])
             per_pool.append(Counter())
-        members[w].append(c)
-        per_pool[w][c.pool] += 1
-        if per_pool[w][c.pool] >= max_unavailable_per_pool:
-            full(("pool", c.pool), w)
-        if max_nodes_per_wave is not None and len(members[w]) >= max_nodes_per_wave:
-            full("size", w)
+            notes.append([])
+        members[w].extend(unit)
+        if over:
+            names = ", ".join(c.node for c in unit)
+            what = "LeaderWorkerSet group unit" if len(unit) > 1 else "node"
+            notes[w].append(f"{what} {names} moves whole in its own wave: {'; '.join(over)}")
+        for pool in pools:
+            per_pool[w][pool] += 1
+            if per_pool[w][pool] >= max_unavailable_per_pool:
+                full(("pool", pool), w)
+        if size is not None:
+            size.use(w, len(unit))
         for b, n in mine.items():
-            room.setdefault(b, _Room(allowance[b], len(order))).use(w, n)
-    return tuple(Wave(i + 1, tuple(ws), sum(sum(pods.get(c.node, {}).values()) for c in ws))
+            room.setdefault(b, _Room(allowance[b], len(changes))).use(w, n)
+    return tuple(Wave(i + 1, tuple(ws), sum(sum(pods.get(c.node, {}).values()) for c in ws), tuple(notes[i]))
                  for i, ws in enumerate(members))
 
 
@@ -580,6 +644,7 @@ def describe(waves: Sequence[Wave]) -> str:
     lines = []
     for w in waves:
         lines.append(f"wave {w.index}: {len(w.changes)} node(s), {w.pods} GPU pod(s) to move")
+        lines += [f"  note: {n}" for n in w.notes]
         for c in w.changes:
             res = ", ".join(f"{k} {v}" for k, v in c.resources.items()) or "no MIG devices"
             lines += [f"  {c.node} ({c.pool}): {c.from_config or '(unconfigured)'} -> {c.to}",
@@ -614,15 +679,18 @@ def _selector_matches(selector: Mapping | None, labels: Mapping[str, str]) -> bo
     return True
 
 
-def pods_and_budgets(core, policy, nodes: Iterable[str]) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
-    """GPU pods per node per PDB (`namespace/name`) and each PDB's disruptionsAllowed, read
-    from the cluster (`core`: CoreV1Api, `policy`: PolicyV1Api)."""
+def pods_and_budgets(core, policy, nodes: Iterable[str]) -> tuple[dict[str, dict[str, int]], dict[str, int],
+                                                                 list[list[str]]]:
+    """GPU pods per node per PDB (`namespace/name`), each PDB's disruptionsAllowed, and the
+    nodes of each LeaderWorkerSet group among `nodes` (`plan_waves`' `groups`), read from the
+    cluster (`core`: CoreV1Api, `policy`: PolicyV1Api)."""
     pdbs = read_json(policy.list_pod_disruption_budget_for_all_namespaces(_preload_content=False), MAX_LIST_BYTES,
                      what="the PodDisruptionBudget list")["items"]
     allowance = {f"{p['metadata']['namespace']}/{p['metadata']['name']}":
                  int((p.get("status") or {}).get("disruptionsAllowed", 0)) for p in pdbs}
     wanted = set(nodes)
-    per: dict[str, Counter] = {n: Counter() for n in wanted}
+    per: dict[str, Counter[str]] = {n: Counter() for n in wanted}
+    groups: dict[tuple[str, str, str], set[str]] = {}
     # one LIST of every pod (not one per node: a 16k-node rollout would make 16k calls)
     items = read_json(core.list_pod_for_all_namespaces(_preload_content=False), MAX_LIST_BYTES,
                       what="the pod list")["items"]
@@ -631,12 +699,16 @@ def pods_and_budgets(core, policy, nodes: Iterable[str]) -> tuple[dict[str, dict
         if node not in wanted or drain.skip_reason(pod) or not drain.is_gpu_pod(pod):
             continue
         meta = pod["metadata"]
+        group = drain.lws_group(pod)
+        if group is not None:
+            groups.setdefault(group, set()).add(node)
         keys = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pdbs
                 if p["metadata"]["namespace"] == meta["namespace"]
                 and _selector_matches((p.get("spec") or {}).get("selector"), meta.get("labels") or {})]
         for k in keys or [f"{meta['namespace']}/(no budget)"]:   # no budget: not limited by waves
             per[node][k] += 1
-    return {n: {k: v for k, v in c.items() if v} for n, c in per.items()}, allowance
+    return ({n: {k: v for k, v in c.items() if v} for n, c in per.items()}, allowance,
+            [sorted(g) for _, g in sorted(groups.items()) if len(g) > 1])
 
 
 # --- what the cluster says, checked -------------------------------------------------------

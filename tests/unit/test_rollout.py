@@ -438,3 +438,109 @@ def test_positions_point_at_the_value_deep_in_the_file(offline, capsys, indent):
     assert cli.main(["rollout", str(y), "--dry-run"]) == 2
     assert _one_error(capsys).startswith(
         f"gpuvalues: error: {y}:{text.count(chr(10), 0, i) + 1}:{i - text.rfind(chr(10), 0, i)}: ")
+
+
+# --- waves move disruption units: a LeaderWorkerSet group's nodes together (issue 26) -------
+
+def _nodes(w):
+    return [c.node for c in w.changes]
+
+
+def test_a_groups_nodes_move_in_one_wave_and_count_once_per_pool():
+    """Two pools, two groups each (two nodes per group) and lone nodes: each group's nodes in
+    one wave (drained apart, the group would go down once per wave), and the per-pool limit
+    counts units: one group, or one lone node, per pool per wave at the default limit 1."""
+    changes = [ch(n, p) for p in "ab" for n in (f"{p}1", f"{p}2", f"{p}3", f"{p}4", f"{p}5")]
+    groups = [["a1", "a2"], ["a3", "a4"], ["b1", "b2"], ["b3", "b4"]]
+    waves = plan_waves(changes, {}, {}, groups=groups)
+    where = {c.node: w.index for w in waves for c in w.changes}
+    for g in groups:
+        assert len({where[n] for n in g}) == 1, (g, [_nodes(w) for w in waves])
+    unit_of = {n: tuple(g) for g in groups for n in g}
+    for w in waves:
+        for p in "ab":
+            assert len({unit_of.get(c.node, c.node) for c in w.changes if c.pool == p}) <= 1, _nodes(w)
+    assert len(waves) == 3 and sorted(where) == sorted(c.node for c in changes)
+    # control: without the groups the same changes are planned node by node (5 waves, a group split)
+    alone = plan_waves(changes, {}, {})
+    assert len(alone) == 5
+    assert len({w.index for w in alone for c in w.changes if c.node in ("a1", "a2")}) == 2
+
+
+def test_groups_sharing_a_node_make_one_unit_and_unchanged_nodes_do_not_join():
+    changes = [ch("n1"), ch("n2"), ch("n3"), ch("n4")]
+    units = rollout.disruption_units(changes, [["n1", "n2"], ["n2", "n3"], ["n4", "elsewhere"]])
+    assert [[c.node for c in u] for u in units] == [["n1", "n2", "n3"], ["n4"]]
+
+
+def test_a_unit_over_a_limit_moves_whole_alone_and_says_so():
+    """A 2-node group with --max-nodes-per-wave 1, and a group whose pods exceed its budget:
+    never split, never left waiting; alone in its wave, with the reason in the plan."""
+    changes = [ch("g1"), ch("g2"), ch("x", "b"), ch("h1", "c"), ch("h2", "c")]
+    pods = {"g1": {"ns/big": 1}, "g2": {"ns/big": 1}, "h1": {"ns/huge": 1}, "h2": {"ns/huge": 1}}
+    waves = plan_waves(changes, pods, {"ns/big": 2, "ns/huge": 1}, max_unavailable_per_pool=2,
+                       max_nodes_per_wave=1, groups=[["g1", "g2"], ["h1", "h2"]])
+    assert [_nodes(w) for w in waves] == [["x"], ["g1", "g2"], ["h1", "h2"]]
+    assert waves[0].notes == ()
+    assert waves[1].notes == ("LeaderWorkerSet group unit g1, g2 moves whole in its own wave: "
+                              "2 nodes, over --max-nodes-per-wave 1",)
+    assert "2 pods of PodDisruptionBudget ns/huge, which allows 1 disruption(s)" in waves[2].notes[0]
+    text = rollout.describe(waves)
+    assert "  note: LeaderWorkerSet group unit g1, g2 moves whole" in text
+    # a lone node over its budget is said too (it always moved alone)
+    (w,) = plan_waves([ch("n")], {"n": {"ns/db": 3}}, {"ns/db": 1})
+    assert w.notes == ("node n moves whole in its own wave: 3 pods of PodDisruptionBudget ns/db, "
+                       "which allows 1 disruption(s)",)
+
+
+def scan_units_reference(units, pods, allowance, max_unavailable_per_pool=1, max_nodes_per_wave=None):
+    """The wave-by-wave scan over units (the reference above, a unit in place of a node)."""
+    from collections import Counter
+
+    def load(u):
+        total = Counter()
+        for c in u:
+            total.update(pods.get(c.node, {}))
+        return total
+    todo = sorted(units, key=lambda u: (sum(load(u).values()), u[0].pool, u[0].node))
+    waves = []
+    while todo:
+        wave, per_pool, used, rest = [], Counter(), Counter(), []
+        for u in todo:
+            pools = {c.pool for c in u}
+            ok_pools = all(per_pool[p] < max_unavailable_per_pool for p in pools)
+            fits = ok_pools and (max_nodes_per_wave is None or len(wave) + len(u) <= max_nodes_per_wave) \
+                and all(used[b] + n <= allowance.get(b, 0) for b, n in load(u).items() if b in allowance)
+            if not wave and not fits and ok_pools:
+                fits = True
+            if fits:
+                wave += u
+                per_pool.update(pools)
+                used.update(load(u))
+            else:
+                rest.append(u)
+        waves.append([c.node for c in wave])
+        todo = rest
+    return waves
+
+
+@st.composite
+def unit_cases(draw):
+    changes, pods, allowance, per_pool, per_wave = draw(wave_cases())
+    nodes = [c.node for c in changes]
+    groups = [draw(st.lists(st.sampled_from(nodes), min_size=1, max_size=4, unique=True))
+              for _ in range(draw(st.integers(0, 4)))]
+    return changes, pods, allowance, per_pool, per_wave, groups
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(case=unit_cases())
+def test_unit_waves_equal_the_wave_by_wave_scan_over_units(case):
+    changes, pods, allowance, per_pool, per_wave, groups = case
+    fast = plan_waves(changes, pods, allowance, max_unavailable_per_pool=per_pool, max_nodes_per_wave=per_wave,
+                      groups=groups)
+    units = rollout.disruption_units(changes, groups)
+    assert [_nodes(w) for w in fast] == scan_units_reference(units, pods, allowance, per_pool, per_wave)
+    where = {c.node: w.index for w in fast for c in w.changes}
+    for u in units:                                  # never split
+        assert len({where[c.node] for c in u}) == 1
