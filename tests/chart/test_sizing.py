@@ -96,6 +96,52 @@ def test_a_one_gpu_pod_keeps_the_chart_defaults_and_env_tokens_use_a_secret_key_
     assert "model-token" not in {v["name"] for v in s["pod"]["volumes"]}
 
 
+# --- chart-only installs: CPU and memory scale with the pod's GPUs (issue 26) ----------------
+
+CHART_ONLY = {"topology": {"key": ""}}       # no NVLink affinity: the resources are the point
+
+
+def chart_only(helm_name: str, **values) -> dict:
+    objs = objects(helm_name, {**CHART_ONLY, **values})
+    assert k8s_errors(objs, "1.34") == []
+    res = server(objs)["container"]["resources"]
+    return {part: {k: v for k, v in res[part].items() if k in ("cpu", "memory")} for part in ("requests", "limits")}
+
+
+@pytest.mark.parametrize("helm_name", sorted(HELMS))
+@pytest.mark.parametrize("gpus,cpu,memory", [(1, "4", "32Gi"), (2, "6", "48Gi"), (8, "18", "144Gi")])
+def test_without_resources_a_chart_only_pod_scales_with_its_gpus(helm_name, gpus, cpu, memory):
+    """`helm install` without gpuvalues: 2 CPU / 16 GiB + 2 CPU / 16 GiB per GPU (the fleet's
+    rule), limits twice; before, 4 CPU / 32Gi whatever gpu.count."""
+    got = chart_only(helm_name, gpu={"count": gpus})
+    double = {"cpu": str(2 * int(cpu)), "memory": f"{2 * int(memory[:-2])}Gi"}
+    assert got == {"requests": {"cpu": cpu, "memory": memory}, "limits": double}
+
+
+@pytest.mark.parametrize("helm_name", sorted(HELMS))
+def test_a_mig_slice_counts_as_one_gpu_and_explicit_resources_win_key_by_key(helm_name):
+    for gpu in ({"mode": "mig", "count": 2, "mig": {"profile": "3g.40gb"}}, {"mode": "shared", "count": 1}):
+        assert chart_only(helm_name, gpu=gpu)["requests"] == {"cpu": "4", "memory": "32Gi"}, gpu
+    got = chart_only(helm_name, gpu={"count": 3}, resources={"requests": {"cpu": "500m"}, "limits": {"memory": "1Ti"}},
+                     resourceDefaults={"memoryGiBPerGpu": 1.5})
+    # cpu: the given request, its limit twice it; memory: 16 + 1.5 x 3 GiB, the given limit
+    assert got == {"requests": {"cpu": "500m", "memory": "20992Mi"}, "limits": {"cpu": "1", "memory": "1Ti"}}
+
+
+def test_the_chart_defaults_are_the_fleets_numbers():
+    """One rule: gpuvalues' fleet writes these resources for a spec, the chart derives the same
+    ones when a user installs it alone (its resourceDefaults); both must agree, number and
+    output, or a chart-only pod and a fleet pod of the same model would differ."""
+    from gpuvalues.fleet import spec as fleet_spec
+    d = yaml.safe_load((CHART / "values.yaml").read_text())["resourceDefaults"]
+    assert (d["cpuBase"], d["cpuPerGpu"], d["memoryGiBBase"], d["memoryGiBPerGpu"], d["limitFactor"]) == (
+        fleet_spec.POD_CPU_BASE, fleet_spec.POD_CPU_PER_GPU, fleet_spec.POD_MEMORY_GIB_BASE,
+        fleet_spec.POD_MEMORY_GIB_PER_GPU, 2)
+    w = build_fleet(spec_from_text((ROOT / "examples" / "single-a100.yaml").read_text())).spec.workloads[0]
+    for gpus in (1, 2, 8):
+        assert chart_only("helm", gpu={"count": gpus}) == w.pod_resources(gpus)
+
+
 def lora_values(*adapters: tuple[str, str], **lora) -> dict:
     out = {k: v for k, v in LORA.items()}
     out["lora"] = {**{k: v for k, v in LORA["lora"].items() if k != "maxLoras"}, **lora,

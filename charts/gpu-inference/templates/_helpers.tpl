@@ -395,3 +395,51 @@ Args: dict root, explicit (a user setting: "direct" or "exported" wins over "aut
 {{- else }}direct
 {{- end }}
 {{- end }}
+
+{{/* The server container's cpu and memory that resources leaves out, as YAML {requests,
+     limits}: requests resourceDefaults.*Base + *PerGpu x the pod's GPUs (gpu.count with whole
+     GPUs or DRA, 1 for a MIG slice or a shared GPU), limits limitFactor x the request (the
+     user's request when given). The fleet's rule (gpuvalues.fleet.spec Workload.pod_resources,
+     whose numbers tests/chart/test_sizing.py holds equal to these). */}}
+{{- define "gpu-inference.defaultResources" -}}
+{{- $v := .Values }}
+{{- $d := $v.resourceDefaults }}
+{{- $gpus := ternary (int $v.gpu.count) 1 (has $v.gpu.mode (list "whole" "dra")) | float64 }}
+{{- $req := $v.resources.requests | default dict }}
+{{- $lim := $v.resources.limits | default dict }}
+{{- $cpu := addf $d.cpuBase (mulf $d.cpuPerGpu $gpus) }}
+{{- with (get $req "cpu") }}
+{{- $q := toString . }}
+{{- $cpu = ternary (divf (trimSuffix "m" $q | float64) 1000) ($q | float64) (hasSuffix "m" $q) }}
+{{- end }}
+{{- $mem := addf $d.memoryGiBBase (mulf $d.memoryGiBPerGpu $gpus) }}
+{{- with (get $req "memory") }}
+{{- $mem = divf (include "gpu-inference.quantityBytes" . | float64) 1073741824.0 }}
+{{- end }}
+{{- $lcpu := mulf $cpu $d.limitFactor }}
+{{- $lmem := mulf $mem $d.limitFactor }}
+requests:
+  {{- if not (hasKey $req "cpu") }}
+  cpu: {{ include "gpu-inference.cores" $cpu | quote }}
+  {{- end }}
+  {{- if not (hasKey $req "memory") }}
+  memory: {{ include "gpu-inference.gib" $mem }}
+  {{- end }}
+limits:
+  {{- if not (hasKey $lim "cpu") }}
+  cpu: {{ include "gpu-inference.cores" $lcpu | quote }}
+  {{- end }}
+  {{- if not (hasKey $lim "memory") }}
+  memory: {{ include "gpu-inference.gib" $lmem }}
+  {{- end }}
+{{- end }}
+
+{{/* CPU cores as a quantity: whole cores as a number, else millicores rounded up. */}}
+{{- define "gpu-inference.cores" -}}
+{{- if eq (floor .) (float64 .) }}{{ printf "%.0f" (float64 .) }}{{ else }}{{ printf "%.0fm" (ceil (mulf . 1000)) }}{{ end }}
+{{- end }}
+
+{{/* GiB as a quantity: whole GiB as NGi, else MiB rounded up. */}}
+{{- define "gpu-inference.gib" -}}
+{{- if eq (floor .) (float64 .) }}{{ printf "%.0fGi" (float64 .) }}{{ else }}{{ printf "%.0fMi" (ceil (mulf . 1024)) }}{{ end }}
+{{- end }}

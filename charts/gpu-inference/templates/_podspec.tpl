@@ -286,8 +286,10 @@ containers:
         {{- end }}
     {{- end }}
     resources:
-      {{- $requests := deepCopy ($v.resources.requests | default dict) }}
-      {{- $limits := deepCopy ($v.resources.limits | default dict) }}
+      {{- $dflt := include "gpu-inference.defaultResources" . | fromYaml }}
+      {{- /* cpu and memory the user leaves out scale with the pod's GPUs; given ones win */}}
+      {{- $requests := merge (deepCopy ($v.resources.requests | default dict)) ($dflt.requests | default dict) }}
+      {{- $limits := merge (deepCopy ($v.resources.limits | default dict)) ($dflt.limits | default dict) }}
       {{- /* The kubelet evicts the pod once its disk-backed emptyDirs plus the containers'
              own writes exceed the sum of its limits (the model download lands in an
              emptyDir), so resources.limits.ephemeral-storage is the server's own budget and
