@@ -194,9 +194,12 @@ def test_host_resources_scale_with_the_pod_s_gpus():
     tp8 = build_fleet(spec_from_text(text)).release("m").values["resources"]
     one = build_fleet(spec_from_text(spec_text(memoryGB=10, parameters=3.82))).release("m").values["resources"]
     assert tp8 == {"requests": {"cpu": "18", "memory": "144Gi"}, "limits": {"cpu": "36", "memory": "288Gi"}}
-    # one GPU: exactly the chart's own default, so 1-GPU pods are unchanged
-    chart = CHART_VALUES["resources"]
-    assert one == {k: {r: str(chart[k][r]) for r in ("cpu", "memory")} for k in ("requests", "limits")}
+    # one GPU: the chart's own default for one GPU (its resourceDefaults, the same rule:
+    # tests/chart/test_sizing.py renders both), so 1-GPU pods are unchanged
+    d = CHART_VALUES["resourceDefaults"]
+    assert one == {"requests": {"cpu": f"{d['cpuBase'] + d['cpuPerGpu']:g}", "memory": f"{d['memoryGiBBase'] + d['memoryGiBPerGpu']:g}Gi"},
+                   "limits": {"cpu": f"{2 * (d['cpuBase'] + d['cpuPerGpu']):g}",
+                              "memory": f"{2 * (d['memoryGiBBase'] + d['memoryGiBPerGpu']):g}Gi"}}
     custom = build_fleet(spec_from_text(spec_text(gpus=4, memoryGB=10, parameters=3.82,
                                                   resources={"cpuPerGpu": 4, "memoryGiBPerGpu": 8.5})))
     assert custom.release("m").values["resources"]["requests"] == {"cpu": "18", "memory": "50Gi"}
