@@ -59,8 +59,9 @@ POD_MEMORY_GIB_BASE, POD_MEMORY_GIB_PER_GPU = 16.0, 16.0
 
 
 @dataclass(frozen=True)
-class Topology:
-    """A pool's GPU interconnect: an `nvidia-smi topo -m` file or a topology label."""
+class TopologySource:
+    """Where a pool's GPU interconnect comes from (`topology`): an `nvidia-smi topo -m`
+    file or a topology label; the parsed links are `planners.scheduling.topology.Topology`."""
 
     file: Path | None = None
     label: str | None = None
@@ -75,7 +76,7 @@ class NodePool:
     gpus_per_node: int
     nodes: int
     mig: bool = False
-    topology: Topology | None = None
+    topology: TopologySource | None = None
     price_per_gpu_hour: float | None = None
     node_selector: tuple[tuple[str, str], ...] = ()   # day-0 labels; () = POOL_LABEL: name
     group_domain_label: str | None = None   # one multi-node group per value of this label
@@ -339,7 +340,7 @@ def from_data(data: dict[str, Any], *, base_dir: Path = Path("."), loaded: Loade
         topo = None
         if "topology" in p:
             t = p["topology"]
-            topo = Topology(file=(base_dir / t["file"]) if "file" in t else None,
+            topo = TopologySource(file=(base_dir / t["file"]) if "file" in t else None,
                             label=t.get("label"))
         pools.append(NodePool(p["name"], pool_gpu(data, i, loaded), p["gpusPerNode"], p["nodes"],
                               bool(p.get("mig", False)), topo, p.get("pricePerGpuHour"),
