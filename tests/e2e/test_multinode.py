@@ -16,6 +16,8 @@ be loopback). kwok plays the kubelets (pods go Running and Ready; no container r
 What is checked, as transitions the real controllers make:
 - the 405B example's release: each group (a leader and a worker, 8 GPUs each) comes up
   Running on two nodes of one rack, the leader Service selects only leaders;
+- a MIG rollout's waves over the pool (pods and PDB read from the cluster) take the group's
+  two nodes as one unit, in one wave of their own (its 2 pods exceed the budget's 1);
 - scale 1 -> 2 -> 1 through the LWS scale subresource (what the chart's HPA targets; the
   real HPA controller resolves it, AbleToScale), the second group in another rack;
 - a faulty node (the remediation controller's taint and cordon, then its drain: an
@@ -180,6 +182,22 @@ def test_groups_come_up_scale_and_move_as_a_unit(kube, namespace, pool, lws_cont
             assert role == ("leader" if p["metadata"]["labels"][WORKER] == "0" else "worker")
             assert ("--pipeline-parallel-size=2" in c.get("args", [])) == (role == "leader")
         kube.wait("LWS status: 1 ready group", lambda: lws_status().get("readyReplicas") == 1, timeout=60)
+        # a MIG rollout over the pool plans the group's two nodes as one unit, from what the
+        # cluster says (the pods, and the PDB's disruptionsAllowed the disruption controller wrote)
+        from kubernetes import client, config as kconfig
+
+        from gpuvalues.operations import rollout
+        api = kconfig.new_client_from_config(str(kube.cluster.kubeconfig))
+        kube.wait("the PDB allowing one disruption", lambda: kube.json("get", "pdb", full, "-n", namespace).get(
+            "status", {}).get("disruptionsAllowed") == 1, timeout=60)
+        pods_of, allowance, groups = rollout.pods_and_budgets(client.CoreV1Api(api), client.PolicyV1Api(api), names)
+        group_nodes = sorted(p["spec"]["nodeName"] for p in pods)
+        assert groups == [group_nodes], groups
+        waves = rollout.plan_waves([rollout.NodeChange(n, "lws", "all-disabled", "all-1g.10gb", {}) for n in names],
+                                   pods_of, allowance, groups=groups)
+        (unit,) = [w for w in waves if set(group_nodes) & {c.node for c in w.changes}]
+        assert sorted(c.node for c in unit.changes) == group_nodes      # one wave, nothing else in it
+        assert unit.notes and f"2 pods of PodDisruptionBudget {namespace}/{full}" in unit.notes[0], unit.notes
         # the leader Service reaches the leader only (the real EndpointSlice controller)
         leader = next(p for p in pods if p["metadata"]["labels"][WORKER] == "0")
 
@@ -207,8 +225,6 @@ def test_groups_come_up_scale_and_move_as_a_unit(kube, namespace, pool, lws_cont
         groups = kube.wait("back to one group", lambda: running_groups(1), timeout=180)
 
         # a faulty node: the remediation controller's quarantine (taint + cordon) and drain
-        from kubernetes import client, config as kconfig
-
         from gpuvalues.operations import drain, remediation
 
         (pods,) = groups.values()
