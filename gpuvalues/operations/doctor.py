@@ -11,7 +11,7 @@ free?") are each a broken link of one of two chains the fleet already models:
 `diagnose(fleet, snapshot)` is pure: it reads a `Snapshot` (the cluster's objects as
 `kubectl get -o json` gives them, plus optional Prometheus series; `gpuvalues.io.snapshot`
 reads one from a live cluster or a dump folder) and returns a `Report`: per workload its
-desired/running/pending replicas, and every `Finding` with a stable code (`CODES`, DR001...),
+desired/running/pending replicas, and every `DoctorFinding` with a stable code (`CODES`, DR001...),
 the object it concerns, the link that is broken and what to change. Each cause is reported
 once, at its root: Pending pods whose pool has a node-side finding are not reported again.
 Nothing here writes to a cluster (the reader lists and gets only: docs/doctor.md's RBAC).
@@ -35,7 +35,7 @@ from gpuvalues.planners.mig import migparted
 from gpuvalues.planners.scheduling.fit import pod_shape, static_reason
 from gpuvalues.planners.scheduling.inventory import Node
 
-__all__ = ["CODES", "Snapshot", "HelmRelease", "Finding", "WorkloadStatus", "Report", "diagnose",
+__all__ = ["CODES", "Snapshot", "HelmRelease", "DoctorFinding", "WorkloadStatus", "Report", "diagnose",
            "decode_release", "CUSTOM_METRICS_APISERVICE", "AGENT_COMPONENTS"]
 
 #: code -> (the link it names, what to change). The one table of doctor's findings; README
@@ -120,7 +120,7 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
-class Finding:
+class DoctorFinding:
     """One broken link: `code` (CODES), the object it concerns (`Kind/namespace/name`),
     the workload it hurts ("" for the platform), what is wrong and what to change."""
 
@@ -161,7 +161,7 @@ class Report:
     """What doctor found: per workload its status, then every finding (sorted)."""
 
     workloads: tuple[WorkloadStatus, ...]
-    findings: tuple[Finding, ...]
+    findings: tuple[DoctorFinding, ...]
     notes: tuple[str, ...] = ()
 
     @property
@@ -329,12 +329,12 @@ def _ds_admits(ds: Mapping[str, Any], node: Node) -> bool:
 class _Ctx:
     fleet: Fleet
     snap: Snapshot
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[DoctorFinding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     broken_pools: set[str] = field(default_factory=set)
 
     def add(self, code: str, obj: str, message: str, workload: str = "", fix: str = "") -> None:
-        self.findings.append(Finding(code, obj, message, workload, fix))
+        self.findings.append(DoctorFinding(code, obj, message, workload, fix))
 
 
 def _group_nodes(ctx: _Ctx) -> dict[str, list[tuple[Mapping[str, Any], Node]]]:
