@@ -277,11 +277,137 @@ def test_dcgm_field_not_collected(fleet, healthy_objects, healthy_series):
     counters = _one(objs, "ConfigMap", lambda o: o["metadata"].get("labels", {}).get("app.kubernetes.io/name")
                     == "gpu-inference-dcgm-exporter")
     assert "DCGM_FI_PROF_SM_OCCUPANCY" not in counters["data"]["counters.csv"]
-    got = {f.code for f in diagnose(fleet, snap(objs, healthy_series)).findings}
-    assert "DR012" in got and got <= {"DR012", "DR016"}, got
+    # the adapter's ConfigMap gained a rule its release does not render: that drift breaks
+    # no link (DR018); the counters' is the DR012 it explains (named there, not twice)
+    adapter_ref = f"ConfigMap/{cm['metadata']['namespace']}/{cm['metadata']['name']}"
+    report = diagnose(fleet, snap(objs, healthy_series))
+    assert {(f.code, f.object) for f in report.findings if f.code != "DR012"} == {("DR018", adapter_ref)}, report
+    [dr012] = [f for f in report.findings if f.code == "DR012"]
+    assert counters["metadata"]["name"] not in dr012.message     # the counters are as rendered: no drift
     counters["data"]["counters.csv"] += "DCGM_FI_PROF_SM_OCCUPANCY, gauge, SM occupancy.\n"
     got = {f.code for f in diagnose(fleet, snap(objs, healthy_series)).findings}
     assert "DR012" not in got       # negative control: collected, so served from DCGM
+
+
+def _platform_cm(objs, component):
+    return _one(objs, "ConfigMap", lambda o: o["metadata"].get("labels", {}).get("app.kubernetes.io/name") == component)
+
+
+def test_platform_configmap_drift(fleet, healthy_objects, healthy_series):
+    """A platform ConfigMap edited outside helm, against the release's manifest: alone it
+    is DR018 naming the key; a drift that breaks a link is named in that link's finding
+    (its root) instead, once; a reformatted YAML document is no drift."""
+    def run(change):
+        objs = copy.deepcopy(healthy_objects)
+        change(objs)
+        return diagnose(fleet, snap(objs, healthy_series))
+
+    def ref(objs, component):
+        cm = _platform_cm(objs, component)
+        return f"ConfigMap/{cm['metadata']['namespace']}/{cm['metadata']['name']}"
+
+    def counter_gone(objs):
+        cm = _platform_cm(objs, "gpu-inference-dcgm-exporter")
+        lines = cm["data"]["counters.csv"].splitlines(keepends=True)
+        field = next(x for x in lines if x.startswith("DCGM_FI_DEV_GPU_UTIL"))
+        cm["data"]["counters.csv"] = "".join(x for x in lines if x != field)
+    report = run(counter_gone)
+    assert codes(report) == {("DR018", ref(healthy_objects, "gpu-inference-dcgm-exporter"))}
+    assert "without 'DCGM_FI_DEV_GPU_UTIL'" in report.findings[0].message, report.findings[0]
+
+    def unused_config_edited(objs):     # `default`: no node group selects it
+        cm = _platform_cm(objs, "gpu-inference-device-plugin")
+        cm["data"]["default"] = cm["data"]["default"].replace("migStrategy: none", "migStrategy: mixed")
+        assert cm["data"]["default"] != _platform_cm(healthy_objects, "gpu-inference-device-plugin")["data"]["default"]
+    report = run(unused_config_edited)
+    assert codes(report) == {("DR018", ref(healthy_objects, "gpu-inference-device-plugin"))}
+    assert "default: flags.migStrategy" in report.findings[0].message, report.findings[0]
+
+    def cm_deleted(objs):
+        objs.remove(_platform_cm(objs, "gpu-inference-prometheus-adapter"))
+    # without the adapter's ConfigMap no rule serves the HPAs (DR009), the missing
+    # ConfigMap named there
+    report = run(cm_deleted)
+    assert {f.code for f in report.findings} == {"DR009"}
+    assert all("the ConfigMap is missing" in f.message for f in report.findings)
+
+    def reformatted(objs):
+        cm = _platform_cm(objs, "gpu-inference-prometheus-adapter")
+        cm["data"]["config.yaml"] = json.dumps(yaml.safe_load(cm["data"]["config.yaml"]), indent=3)
+    assert run(reformatted).findings == ()         # the same rules, other text: no drift
+
+    def unrenamed(objs):
+        """renameByDefault false in the l4 group's config, and the node's plugin re-read it:
+        DR006, with the drift as its cause (not a DR018 beside it)."""
+        cm = _platform_cm(objs, "gpu-inference-device-plugin")
+        cm["data"]["ts-2"] = cm["data"]["ts-2"].replace("renameByDefault: true", "renameByDefault: false")
+        n = _l4_node(objs)["status"]
+        n["allocatable"]["nvidia.com/gpu"] = n["allocatable"].pop("nvidia.com/gpu.shared")
+    report = run(unrenamed)
+    node = _l4_node(healthy_objects)["metadata"]["name"]
+    assert codes(report) == {("DR006", f"Node/{node}")}
+    assert "ts-2: sharing.timeSlicing.renameByDefault" in report.findings[0].message, report.findings[0]
+    assert "helm upgrade" in report.findings[0].fix
+
+
+def test_gfd_labels_against_the_node_group(fleet, healthy_objects, healthy_series):
+    """GFD's labels on a node whose agents run and resources are right: each value the
+    node group's node carries, else the code of that label and what to change."""
+    node = _l4_node(healthy_objects)["metadata"]["name"]
+
+    def run(**labels):
+        objs = copy.deepcopy(healthy_objects)
+        n = _l4_node(objs)["metadata"]["labels"]
+        for k, v in labels.items():
+            if v is None:
+                n.pop(k)
+            else:
+                n[k] = v
+        return diagnose(fleet, snap(objs, healthy_series))
+
+    report = run(**{"nvidia.com/gpu.product": "NVIDIA-L40S"})
+    assert codes(report) == {("DR019", f"Node/{node}")}
+    assert "'NVIDIA-L4'" in report.findings[0].message and "pool" in report.findings[0].fix
+    report = run(**{"nvidia.com/gpu.product": "NVIDIA-L4-SHARED"})   # the sharing config's suffix
+    assert codes(report) == {("DR021", f"Node/{node}")}
+    assert "renameByDefault" in report.findings[0].fix
+    report = run(**{"nvidia.com/gpu.replicas": "4"})
+    assert codes(report) == {("DR021", f"Node/{node}")} and "'ts-2'" in report.findings[0].message
+    report = run(**{"nvidia.com/gpu.count": "3"})
+    assert codes(report) == {("DR022", f"Node/{node}")} and "a GPU is lost" in report.findings[0].message
+    report = run(**{"nvidia.com/gpu.product": None})
+    assert codes(report) == {("DR019", f"Node/{node}")} and "log" in report.findings[0].fix
+    # labels the group's node does not carry are not held to anything (GFD writes more)
+    assert run(**{"nvidia.com/gpu.machine": "other", "nvidia.com/mig.strategy": "none"}).findings == ()
+
+
+def test_gfd_mig_strategy_against_the_plan():
+    """On a MIG fleet's nodes (expected_nodes, as GFD makes them): a MIG strategy other
+    than the plan's is DR020, the fix naming the plan's."""
+    import gpuvalues
+    from gpuvalues.fleet.spec import GROUP_LABEL
+    fleet = _mig_fleet()
+    inv = gpuvalues.expected_nodes(fleet)
+    objs = []
+    for g in fleet.layout.node_groups:
+        for n in inv.nodes:
+            if n.name.startswith(g.name + "-"):
+                obj = n.to_k8s_node()
+                obj["metadata"]["labels"].update({**fleet.spec.pool(g.pool).selector, GROUP_LABEL: g.name})
+                objs.append(obj)
+    # the node agents Running on every node (as the platform's DaemonSets' pods are)
+    pods = tuple({"metadata": {"name": f"{comp}-{o['metadata']['name']}", "namespace": fleet.platform.namespace,
+                               "labels": {"app.kubernetes.io/name": f"gpu-inference-{comp}",
+                                          "app.kubernetes.io/instance": fleet.platform.name}},
+                  "spec": {"nodeName": o["metadata"]["name"]}, "status": {"phase": "Running"}}
+                 for o in objs for comp in doctor.AGENT_COMPONENTS.values())
+
+    def found():
+        return [f for f in diagnose(fleet, Snapshot(nodes=tuple(objs), pods=pods)).findings if f.code != "DR001"]
+    assert found() == []
+    objs[0]["metadata"]["labels"]["nvidia.com/mig.strategy"] = "single"
+    [f] = found()
+    assert (f.code, f.object) == ("DR020", f"Node/{objs[0]['metadata']['name']}") and "'mixed'" in f.fix
 
 
 def test_a_scaledobject_not_ready(fleet, healthy_objects):
