@@ -7,8 +7,9 @@ real adapter and Prometheus), regenerated with `DOCTOR_FIXTURE_OUT=tests/unit/da
 pytest tests/e2e/test_doctor.py`. Each test below starts from it and makes one change the
 way the cluster would show it (a label mig-manager writes, a ConfigMap edited, a series
 gone), then holds doctor to naming exactly that link. The e2e test breaks the links on the
-real control plane; these cover the ones it cannot break there (no MIG or DCGM metric in
-that fleet, no KEDA) and the reader's refusals.
+real control plane (mig-manager failed and a DCGM field not collected on a second, MIG
+fleet); these cover each link on the fixture, the ones no e2e breaks (KEDA, MIG strategy,
+GPU count) and the reader's refusals.
 """
 from __future__ import annotations
 
