@@ -236,10 +236,11 @@ def read_live(kubeconfig: str | None, context: str | None, prometheus: str | Non
 def live_snapshot(kubeconfig: str | None, context: str | None,
                   prometheus: str | None = None) -> tuple[Snapshot, dict[str, str]]:
     """The live cluster's Snapshot and the dump files that reproduce it (`--dump-to`)."""
-    objects, bodies = read_live(kubeconfig, context, prometheus)
-    files = dump_files(objects, bodies)
-    series = _check_series(bodies, prometheus or "prometheus") if bodies is not None else None
-    return snapshot_from_objects(objects, series, kubeconfig or "~/.kube/config"), files
+    with paused_gc():          # the same millions of decoded containers as a dump's (load_dump)
+        objects, bodies = read_live(kubeconfig, context, prometheus)
+        files = dump_files(objects, bodies)
+        series = _check_series(bodies, prometheus or "prometheus") if bodies is not None else None
+        return snapshot_from_objects(objects, series, kubeconfig or "~/.kube/config"), files
 
 
 def reduce_release_secret(obj: Mapping[str, Any]) -> Mapping[str, Any]:
