@@ -530,3 +530,41 @@ def test_table_output_groups_findings_by_workload(fleet, healthy_objects, health
     owner = pdb["metadata"]["labels"]["app.kubernetes.io/instance"]
     section = text.split(f"workload {owner} ", 1)[1].split("\nworkload ", 1)[0]
     assert "DR013" in section and "1 finding(s)" in text
+
+
+def test_the_dump_is_read_and_checked_without_the_collector(fleet):
+    """bench_doctor's 4x: decoding a dump made the cyclic collector walk every container
+    decoded so far, again and again. Counted, not timed: no collection runs while the dump
+    is read or checked (decoding the fixture alone, 0.5 MB, with the collector on runs
+    several), and the collector is on again afterwards, as it was."""
+    import gc
+
+    from gpuvalues.io.snapshot import load_dump
+    runs = []
+
+    def count(phase, info):
+        if phase == "start":
+            runs.append(info["generation"])
+    assert gc.isenabled()
+    gc.callbacks.append(count)
+    try:
+        gc.collect()
+        runs.clear()
+        snapshot = load_dump(FIXTURE)
+        report = diagnose(fleet, snapshot)
+        during = list(runs)
+        gc.disable()
+        with doctor.paused_gc():
+            pass
+        assert not gc.isenabled()          # paused_gc restores the state it found
+        gc.enable()
+        runs.clear()
+        [json.loads((FIXTURE / "cluster.json").read_text()) for _ in range(2)]
+        control = list(runs)
+    finally:
+        gc.callbacks.remove(count)
+    assert gc.isenabled() and report.findings == ()
+    # at most the one young collection the first allocations after the reading make
+    # between the two paused blocks (load_dump's, diagnose's)
+    assert len(during) <= 1 and 2 not in during, during
+    assert len(control) > 5, f"negative control: decoding the fixture with the collector on runs it: {control}"
