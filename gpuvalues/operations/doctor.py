@@ -37,8 +37,9 @@ from gpuvalues.planners.mig import migparted
 from gpuvalues.planners.scheduling.fit import pod_shape, static_reason
 from gpuvalues.planners.scheduling.inventory import Node
 
-__all__ = ["CODES", "GFD_LABEL_CODES", "DRIFT_CONFIGMAPS", "Snapshot", "HelmRelease", "DoctorFinding", "WorkloadStatus", "Report", "diagnose",
-           "decode_release", "paused_gc", "CUSTOM_METRICS_APISERVICE", "AGENT_COMPONENTS"]
+__all__ = ["CODES", "GFD_LABEL_CODES", "DRIFT_CONFIGMAPS", "Snapshot", "HelmRelease", "DoctorFinding",
+           "WorkloadStatus", "Report", "diagnose", "decode_release", "paused_gc", "CUSTOM_METRICS_APISERVICE",
+           "AGENT_COMPONENTS"]
 
 #: code -> (the link it names, what to change). The one table of doctor's findings; README
 #: and docs/doctor.md list it (tests/unit/test_doctor.py holds them equal).
