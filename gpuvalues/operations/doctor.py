@@ -521,7 +521,7 @@ def _check_gfd_labels(ctx: _Ctx, ref: str, g: Any, pool: Any, labels: Mapping[st
         if got is None:
             fix = "GFD has not written the label: read its pod's log on the node"
         if code == "DR019":
-            msg = f"{shown}: node group {g.name} (pool {pool.name}) is {want[label]!r} ({pool.gpu})"
+            msg = f"{shown}: node group {g.name} (pool {pool.name}) is {want[label]!r} ({pool.gpu.name})"
             # GFD appends -SHARED to the product of a sharing config with renameByDefault false
             if got is not None and got.removesuffix("-SHARED") == want[label].removesuffix("-SHARED"):
                 code, fix = "DR021", (f"GFD read a sharing config with another renameByDefault than the "
