@@ -317,10 +317,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """`gpuvalues doctor`: the live cluster (or a dump) against the fleet; exit 1 on findings."""
     from gpuvalues import pipeline
     from gpuvalues.io import present
+    from gpuvalues.operations.doctor import paused_gc
 
-    report = pipeline.doctor(args.spec, dump=args.dump, kubeconfig=args.kubeconfig, context=args.context,
-                             prometheus=args.prometheus, dump_to=args.dump_to)
-    emit(args, report.to_dict(), present.doctor_table)
+    # the collector paused for the whole command, not only the reading and the checks:
+    # re-enabled in between, its first full pass would walk the whole snapshot (0.8 s at
+    # 5,000 nodes) for no cycle (paused_gc)
+    with paused_gc():
+        report = pipeline.doctor(args.spec, dump=args.dump, kubeconfig=args.kubeconfig, context=args.context,
+                                 prometheus=args.prometheus, dump_to=args.dump_to)
+        emit(args, report.to_dict(), present.doctor_table)
     return 0 if report.healthy else 1
 
 

@@ -580,7 +580,8 @@ def doctor(spec_path: str | Path, *, dump: str | Path | None = None, kubeconfig:
            dump_to: str | Path | None = None) -> "Report":
     """`gpuvalues doctor`: the fleet of `spec_path` against a cluster snapshot, read from a
     dump folder (`dump`) or a live cluster (list only; `prometheus` for series), the live
-    read written as a dump to `dump_to`. Returns the `Report`; a spec whose fleet has errors
+    read written as a dump to `dump_to`. Returns the `Report` (its findings are
+    `operations.doctor.DoctorFinding`s, not `errors.Finding`s); a spec whose fleet has errors
     is `ValidationFailed` (doctor cannot say what the cluster should be)."""
     from gpuvalues.errors import SpecError
     from gpuvalues.io import files, snapshot

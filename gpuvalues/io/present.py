@@ -268,8 +268,9 @@ def scale_to_zero_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def doctor_table(data: Mapping[str, Any]) -> str:
-    """The people's view of a doctor `Report.to_dict()`: one table per workload (its
-    replicas and its findings), then the platform's findings, then notes."""
+    """The people's view of a doctor `Report.to_dict()` (its `DoctorFinding`s as dicts):
+    one table per workload (its replicas and its findings), then the platform's findings,
+    then notes."""
     out = []
     by_workload: dict[str, list[Any]] = {}
     for f in data["findings"]:

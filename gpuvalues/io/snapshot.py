@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from gpuvalues.errors import GpuValuesError, InventoryError, TransientError
-from gpuvalues.operations.doctor import HelmRelease, Snapshot, decode_release
+from gpuvalues.operations.doctor import HelmRelease, Snapshot, decode_release, paused_gc
 
 SERIES_FILE = "prometheus-series.json"
 #: kind -> the Snapshot field its objects go to
@@ -52,7 +52,7 @@ def snapshot_from_objects(objects: list[Mapping[str, Any]], series: Mapping[str,
     """A Snapshot from API objects (any kinds; unknown kinds are ignored)."""
     groups: dict[str, list[Any]] = {v: [] for v in KINDS.values()}
     for i, o in enumerate(objects):
-        kind = o.get("kind") if isinstance(o, Mapping) else None
+        kind = o.get("kind") if isinstance(o, dict) else None     # JSON objects are dicts
         if kind not in KINDS:
             continue
         if kind == "Secret":
@@ -69,7 +69,8 @@ def _items(doc: Any, source: str) -> list[Mapping[str, Any]]:
         raise SnapshotError("expected `kubectl get ... -o json` output (a JSON object)", source=source, line=1, column=1)
     if "items" in doc:
         items = doc["items"]
-        if not isinstance(items, list) or not all(isinstance(x, Mapping) for x in items):
+        # dict, not typing.Mapping: an ABC check is 10x slower (0.45 s on 25,000 items)
+        if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
             raise SnapshotError("items must be a list of objects", source=source, field="items")
         return items
     if "kind" in doc:
@@ -115,17 +116,14 @@ def load_dump(folder: str | Path) -> Snapshot:
     files = sorted(p for p in folder.iterdir() if p.suffix == ".json")
     if not files:
         raise SnapshotError("no *.json file in the dump folder", source=str(folder), code="GV066")
-    for path in files:
-        doc = _load_json(path)
-        if path.name == SERIES_FILE:
-            series = _check_series(doc, str(path))
-            continue
-        try:
+    with paused_gc():          # millions of containers made, none in a cycle (paused_gc)
+        for path in files:
+            doc = _load_json(path)
+            if path.name == SERIES_FILE:
+                series = _check_series(doc, str(path))
+                continue
             objects.extend(_items(doc, str(path)))
-        except SnapshotError:
-            raise
-    snap = snapshot_from_objects(objects, series, str(folder))
-    return snap
+        return snapshot_from_objects(objects, series, str(folder))
 
 
 # -- live ---------------------------------------------------------------------------------------
@@ -238,10 +236,11 @@ def read_live(kubeconfig: str | None, context: str | None, prometheus: str | Non
 def live_snapshot(kubeconfig: str | None, context: str | None,
                   prometheus: str | None = None) -> tuple[Snapshot, dict[str, str]]:
     """The live cluster's Snapshot and the dump files that reproduce it (`--dump-to`)."""
-    objects, bodies = read_live(kubeconfig, context, prometheus)
-    files = dump_files(objects, bodies)
-    series = _check_series(bodies, prometheus or "prometheus") if bodies is not None else None
-    return snapshot_from_objects(objects, series, kubeconfig or "~/.kube/config"), files
+    with paused_gc():          # the same millions of decoded containers as a dump's (load_dump)
+        objects, bodies = read_live(kubeconfig, context, prometheus)
+        files = dump_files(objects, bodies)
+        series = _check_series(bodies, prometheus or "prometheus") if bodies is not None else None
+        return snapshot_from_objects(objects, series, kubeconfig or "~/.kube/config"), files
 
 
 def reduce_release_secret(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -11,7 +11,7 @@ free?") are each a broken link of one of two chains the fleet already models:
 `diagnose(fleet, snapshot)` is pure: it reads a `Snapshot` (the cluster's objects as
 `kubectl get -o json` gives them, plus optional Prometheus series; `gpuvalues.io.snapshot`
 reads one from a live cluster or a dump folder) and returns a `Report`: per workload its
-desired/running/pending replicas, and every `Finding` with a stable code (`CODES`, DR001...),
+desired/running/pending replicas, and every `DoctorFinding` with a stable code (`CODES`, DR001...),
 the object it concerns, the link that is broken and what to change. Each cause is reported
 once, at its root: Pending pods whose pool has a node-side finding are not reported again.
 Nothing here writes to a cluster (the reader lists and gets only: docs/doctor.md's RBAC).
@@ -19,11 +19,13 @@ Nothing here writes to a cluster (the reader lists and gets only: docs/doctor.md
 from __future__ import annotations
 
 import base64
+import gc
 import gzip
 import json
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from gpuvalues.fleet import Fleet, group_node
 from gpuvalues.fleet.producers import (DEVICE_PLUGIN, GFD, MIG_MANAGER, MIG_STATE_LABEL, NFD,
@@ -35,8 +37,9 @@ from gpuvalues.planners.mig import migparted
 from gpuvalues.planners.scheduling.fit import pod_shape, static_reason
 from gpuvalues.planners.scheduling.inventory import Node
 
-__all__ = ["CODES", "Snapshot", "HelmRelease", "Finding", "WorkloadStatus", "Report", "diagnose",
-           "decode_release", "CUSTOM_METRICS_APISERVICE", "AGENT_COMPONENTS"]
+__all__ = ["CODES", "GFD_LABEL_CODES", "DRIFT_CONFIGMAPS", "Snapshot", "HelmRelease", "DoctorFinding",
+           "WorkloadStatus", "Report", "diagnose", "decode_release", "paused_gc", "CUSTOM_METRICS_APISERVICE",
+           "AGENT_COMPONENTS"]
 
 #: code -> (the link it names, what to change). The one table of doctor's findings; README
 #: and docs/doctor.md list it (tests/unit/test_doctor.py holds them equal).
@@ -75,6 +78,34 @@ CODES: dict[str, tuple[str, str]] = {
               "run the printed `helm upgrade --install` again with the fleet's values file"),
     "DR017": ("a ScaledObject is not Ready",
               "read the ScaledObject's conditions and KEDA operator's log"),
+    "DR018": ("a platform ConfigMap differs from what its release renders (edited outside helm)",
+              "helm upgrade the platform release with the fleet's values (it rewrites the ConfigMap), "
+              "or make the change in the spec"),
+    "DR019": ("a node's nvidia.com/gpu.product (GFD) is not its node group's GPU",
+              "move the node to a pool of its GPU (the pool's selector and node group label) "
+              "or set the pool's gpu in the spec to the node's"),
+    "DR020": ("a node's nvidia.com/mig.strategy (GFD) is not the plan's",
+              "set GFD's migStrategy (MIG_STRATEGY, the device-plugin config's flags) to the plan's; "
+              "GFD relabels at its next pass"),
+    "DR021": ("a node's GPU sharing labels (GFD: sharing-strategy, replicas) are not its config's",
+              "GFD read another sharing config: restart the GFD pod on the node so it rereads the group's config"),
+    "DR022": ("a node reports fewer or more GPUs (nvidia.com/gpu.count) than its pool's gpusPerNode",
+              "check the node's GPUs (nvidia-smi: a GPU lost from the bus); drain and repair it, "
+              "or correct gpusPerNode in the spec"),
+}
+#: GFD's labels checked against the node group (group_node's), by the code a wrong value is
+GFD_LABEL_CODES = {"nvidia.com/gpu.product": "DR019", "nvidia.com/mig.strategy": "DR020",
+                   "nvidia.com/gpu.sharing-strategy": "DR021", "nvidia.com/gpu.replicas": "DR021",
+                   "nvidia.com/gpu.count": "DR022"}
+#: the platform ConfigMaps compared with the release's manifest (chart component name ->
+#: what reads them), and the findings a drift of each one explains: a drift that breaks a
+#: link is named in that link's finding (its root), a drift that breaks nothing yet is DR018
+DRIFT_CONFIGMAPS: dict[str, tuple[str, frozenset[str]]] = {
+    "gpu-inference-device-plugin": ("the device plugin's and GFD's configs",
+                                    frozenset({"DR006", "DR019", "DR020", "DR021"})),
+    "gpu-inference-mig-manager": ("mig-manager's mig-parted config", frozenset({"DR004", "DR006"})),
+    "gpu-inference-dcgm-exporter": ("the DCGM exporter's counters", frozenset({"DR012"})),
+    "gpu-inference-prometheus-adapter": ("the Prometheus adapter's rules", frozenset({"DR009", "DR010", "DR011"})),
 }
 
 CUSTOM_METRICS_APISERVICE = "v1beta1.custom.metrics.k8s.io"
@@ -120,7 +151,7 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
-class Finding:
+class DoctorFinding:
     """One broken link: `code` (CODES), the object it concerns (`Kind/namespace/name`),
     the workload it hurts ("" for the platform), what is wrong and what to change."""
 
@@ -161,7 +192,7 @@ class Report:
     """What doctor found: per workload its status, then every finding (sorted)."""
 
     workloads: tuple[WorkloadStatus, ...]
-    findings: tuple[Finding, ...]
+    findings: tuple[DoctorFinding, ...]
     notes: tuple[str, ...] = ()
 
     @property
@@ -176,6 +207,24 @@ class Report:
 
 
 # -- helpers -------------------------------------------------------------------------------------
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused (and restored as it was) while a large cluster
+    is read and checked. A 5,000-node dump is millions of dicts and lists; every burst of
+    allocations made the collector walk all the containers made so far, so decoding its
+    175 MB took 6.4 s instead of 1.4 s (bench/bench_doctor.py), and the checks, run with the
+    whole snapshot live, paid it again. Decoded JSON holds no reference cycle, so there is
+    nothing for the collector to find; whatever cycle is made meanwhile waits for the next
+    collection after this block."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _meta(o: Mapping[str, Any]) -> Mapping[str, Any]:
     return o.get("metadata") or {}
 
@@ -329,12 +378,12 @@ def _ds_admits(ds: Mapping[str, Any], node: Node) -> bool:
 class _Ctx:
     fleet: Fleet
     snap: Snapshot
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[DoctorFinding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     broken_pools: set[str] = field(default_factory=set)
 
     def add(self, code: str, obj: str, message: str, workload: str = "", fix: str = "") -> None:
-        self.findings.append(Finding(code, obj, message, workload, fix))
+        self.findings.append(DoctorFinding(code, obj, message, workload, fix or CODES[code][1]))
 
 
 def _group_nodes(ctx: _Ctx) -> dict[str, list[tuple[Mapping[str, Any], Node]]]:
@@ -441,6 +490,8 @@ def _check_node_side(ctx: _Ctx) -> None:
                             + f"; the node advertises {shown}"
                             + (f" (and {', '.join(sorted(set(have) - set(gpu_want)))})" if set(have) - set(gpu_want) else ""))
                     broke = True
+            if not broke:       # the resources are right: GFD's labels must be the group's too
+                broke = _check_gfd_labels(ctx, ref, g, pool, labels, want_labels)
             if broke:
                 ctx.broken_pools.add(g.pool)
             # quarantine: the remediation controller's taint
@@ -450,6 +501,128 @@ def _check_node_side(ctx: _Ctx) -> None:
                         f"no new GPU pod lands on it")
                 ctx.broken_pools.add(g.pool)
     _ = want_labels if layout.node_groups else None
+
+
+def _check_gfd_labels(ctx: _Ctx, ref: str, g: Any, pool: Any, labels: Mapping[str, str],
+                      want: Mapping[str, str]) -> bool:
+    """GFD's labels on a node whose agents run and whose config labels are the group's:
+    each one the group's node carries (group_node: the device plugin's and GFD's
+    behaviour, held to upstream by tests/oracle) must have that value. Only the labels
+    the fleet expects are compared (GFD writes more, e.g. replicas 1 on whole GPUs).
+    True when one differs (the node's resources are then not checked again)."""
+    wrong = False
+    config = g.labels.get(deviceplugin.CONFIG_LABEL)
+    for label, code in GFD_LABEL_CODES.items():
+        if label not in want or labels.get(label) == want[label]:
+            continue
+        got = labels.get(label)
+        shown = f"{label}={got!r}" if got is not None else f"{label} missing"
+        fix = ""
+        if got is None:
+            fix = "GFD has not written the label: read its pod's log on the node"
+        if code == "DR019":
+            msg = f"{shown}: node group {g.name} (pool {pool.name}) is {want[label]!r} ({pool.gpu.name})"
+            # GFD appends -SHARED to the product of a sharing config with renameByDefault false
+            if got is not None and got.removesuffix("-SHARED") == want[label].removesuffix("-SHARED"):
+                code, fix = "DR021", (f"GFD read a sharing config with another renameByDefault than the "
+                                      f"group's {config!r}: restart the GFD pod on the node")
+                msg += ": the -SHARED suffix is the sharing config's, not the GPU's"
+        elif code == "DR020":
+            msg = f"{shown}: the plan's MIG strategy for node group {g.name} is {want[label]!r}"
+            fix = fix or (f"set GFD's migStrategy to {want[label]!r} (the device-plugin config {config!r} "
+                          f"says it; an env MIG_STRATEGY on the GFD DaemonSet overrides it): GFD relabels at its next pass")
+        elif code == "DR021":
+            msg = f"{shown}: node group {g.name}'s config {config!r} gives {want[label]!r}"
+        else:
+            msg = (f"{shown}: pool {pool.name} has gpusPerNode {want[label]}"
+                   + (", the node fewer: a GPU is lost (or masked)" if got is not None and got.isdigit()
+                      and int(got) < int(want[label]) else ""))
+        ctx.add(code, ref, msg, fix=fix)
+        wrong = True
+    return wrong
+
+
+def _manifest_configmaps(manifest: str) -> dict[str, Mapping[str, Any]]:
+    """ConfigMap name -> the object as the release's manifest renders it."""
+    import yaml
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    out = {}
+    for text in re.split(r"(?m)^---\s*$", manifest):
+        if not re.search(r"(?m)^kind: ConfigMap\s*$", text):
+            continue
+        doc = yaml.load(text, Loader=loader)
+        if isinstance(doc, Mapping) and doc.get("kind") == "ConfigMap":
+            out[str(_meta(doc).get("name"))] = doc
+    return out
+
+
+def _data_diff(want: Mapping[str, Any], got: Mapping[str, Any]) -> list[str]:
+    """How a ConfigMap's data differs from the rendered one, key by key: YAML documents
+    compared as data (a reformatted document is no drift), other text line by line."""
+    import yaml
+    out = []
+    for key in sorted(set(want) | set(got)):
+        if key not in got:
+            out.append(f"{key} (missing)")
+            continue
+        if key not in want:
+            out.append(f"{key} (not rendered)")
+            continue
+        a, b = str(want[key]), str(got[key])
+        if a == b:
+            continue
+        try:
+            da, db = yaml.safe_load(a), yaml.safe_load(b)
+        except yaml.YAMLError:
+            da = db = None
+        if isinstance(da, (Mapping, list)) and isinstance(db, (Mapping, list)):
+            paths = _diff(da, db)
+            if paths:
+                out.append(f"{key}: " + ", ".join(paths[:4]) + (" ..." if len(paths) > 4 else ""))
+            continue
+        la = [x.strip() for x in a.splitlines() if x.strip()]
+        lb = [x.strip() for x in b.splitlines() if x.strip()]
+        if la != lb:
+            gone = [x for x in la if x not in lb]
+            new = [x for x in lb if x not in la]
+            what = "; ".join([*(f"without {x.split(',', 1)[0]!r}" for x in gone[:3]),
+                              *(f"with {x.split(',', 1)[0]!r}" for x in new[:3])]) or "lines reordered"
+            out.append(f"{key}: {what}")
+    return out
+
+
+def _check_configmaps(ctx: _Ctx, platform: HelmRelease | None) -> None:
+    """Drift of the platform's ConfigMaps against what its release rendered (the Helm
+    record's manifest: with the fleet's values, DR016 otherwise, what the fleet renders).
+    A drift is named in the findings it explains (DRIFT_CONFIGMAPS), else as DR018."""
+    if platform is None:
+        return
+    try:
+        rendered = _manifest_configmaps(platform.manifest)
+    except Exception:          # _check_images already notes an unreadable manifest
+        return
+    live = {(_meta(cm).get("namespace"), _meta(cm).get("name")): cm for cm in ctx.snap.configmaps}
+    for name, want in sorted(rendered.items()):
+        component = _labels(want).get("app.kubernetes.io/name", "")
+        if component not in DRIFT_CONFIGMAPS:
+            continue
+        what, explains = DRIFT_CONFIGMAPS[component]
+        ns = _meta(want).get("namespace") or platform.namespace
+        ref = f"ConfigMap/{ns}/{name}"
+        got = live.get((ns, name))
+        diff = ["the ConfigMap is missing"] if got is None else _data_diff(want.get("data") or {}, got.get("data") or {})
+        if not diff:
+            continue
+        said = (f"{ref} ({what}) differs from what release {platform.name} renders: "
+                + "; ".join(diff[:4]) + (" ..." if len(diff) > 4 else ""))
+        hit = [i for i, f in enumerate(ctx.findings) if f.code in explains]
+        for i in hit:
+            f = ctx.findings[i]
+            ctx.findings[i] = DoctorFinding(f.code, f.object, f"{f.message}; {said} (edited outside helm)",
+                                            f.workload, (f.fix or CODES[f.code][1])
+                                            + f"; `helm upgrade` release {platform.name} restores {ref}")
+        if not hit:
+            ctx.add("DR018", ref, said)
 
 
 def _adapter_rules(ctx: _Ctx) -> list[Mapping[str, Any]] | None:
@@ -658,9 +831,12 @@ def _check_images(ctx: _Ctx, rel: HelmRelease, pods: Sequence[Mapping[str, Any]]
 def diagnose(fleet: Fleet, snap: Snapshot) -> Report:
     """Every broken link between `fleet` and the cluster `snap` shows (module docstring)."""
     ctx = _Ctx(fleet, snap)
-    _check_node_side(ctx)
-    statuses, hpa_of, pods_of = _check_workloads(ctx)
-    _check_metrics(ctx, hpa_of, pods_of)
+    with paused_gc():
+        _check_node_side(ctx)
+        statuses, hpa_of, pods_of = _check_workloads(ctx)
+        _check_metrics(ctx, hpa_of, pods_of)
+        platform = _deployed(snap.releases).get((fleet.platform.namespace, fleet.platform.name))
+        _check_configmaps(ctx, platform)
     if snap.series is None and hpa_of:
         ctx.notes.append("no Prometheus series given: series and their pod labels not checked")
     findings = sorted(set(ctx.findings), key=lambda f: (f.workload, f.code, f.object, f.message))

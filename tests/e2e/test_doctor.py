@@ -5,8 +5,10 @@ prometheus-adapter and Prometheus), then each link broken in turn by the change 
 an operator makes, and repaired: doctor must name exactly that link (one finding code,
 on the object broken) and nothing else; the healthy fleet gives exit 0 and no finding.
 
-One cluster for the module; every break is undone before the next, and the healthy state
-is checked again between them (doctor exit 0), so each step starts from the same place.
+One cluster per fleet; every break is undone before the next, and the healthy state is
+checked again between them (doctor exit 0), so each step starts from the same place. The
+time-slicing fleet has no MIG node and no DCGM metric: mig-manager failed and a DCGM field
+not collected are broken on a second cluster, the mig-and-tp-one-pool fleet.
 The runs use the real CLI. Also checked here:
 
 - dump mode equals live mode: `--dump-to DIR` on the live run, then `--dump DIR` gives the
@@ -21,6 +23,7 @@ same exporter with honor_labels false (what a ServiceMonitor with honorLabels fa
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -44,8 +47,8 @@ SPEC = ROOT / "examples" / f"{EXAMPLE}.yaml"
 FIXTURE_OUT = os.environ.get("DOCTOR_FIXTURE_OUT")
 
 
-def _doctor(kubeconfig: Path, prometheus: str | None, *extra: str) -> tuple[int, dict]:
-    args = [str(day1lib.gpuvalues_bin()), "--output", "json", "doctor", str(SPEC), *extra]
+def _doctor(kubeconfig: Path, prometheus: str | None, *extra: str, spec: Path = SPEC) -> tuple[int, dict]:
+    args = [str(day1lib.gpuvalues_bin()), "--output", "json", "doctor", str(spec), *extra]
     if "--dump" not in extra:
         args += ["--kubeconfig", str(kubeconfig)]
         if prometheus:
@@ -82,68 +85,119 @@ def _read_only_kubeconfig(kube, tmp_path: Path) -> Path:
     return path
 
 
+class _Up:
+    """A fleet brought up from bare nodes (test_day1's harness), every HPA pinned at max,
+    its pods Running, and the metrics chain wired as test_fleet does: the test exporter
+    serving each pod's series (the servers' and DCGM's, the latter only while a DCGM
+    exporter pod runs on the pod's node), a real Prometheus scraping it, the real adapter
+    on the installed rules behind the installed APIService. `settle` polls doctor until it
+    names exactly the expected codes; `close` stops what this started."""
+
+    def __init__(self, start, tmp_path: Path, prometheus_bin: str, spec: Path):
+        import gpuvalues
+        self.spec, self.tmp = spec, tmp_path
+        self.spec_doc = yaml.safe_load(spec.read_text())
+        self.fleet = fleet = gpuvalues.build_fleet(gpuvalues.load_spec(spec))
+        self.printed = printed = day1lib.values(spec, tmp_path / "out", day1lib.gpuvalues_bin())
+        kube, agents, self.hardware = start(self.spec_doc)     # the day1 fixture
+        self.kube, self.agents = kube, agents
+        self.kubeconfig = Path(kube.cluster.kubeconfig)
+        day1lib.run_printed(kube, printed, self.spec_doc,
+                            before_helm=lambda r, ns: day1lib.prerequisites(kube, r, ns, printed))
+        self.want = want = {r.workload: fleetlib.pin_to_max(kube, r) for r in fleet.workloads}
+
+        def all_running():
+            got = {r.workload: fleetlib.workload_pods(kube, r) for r in fleet.workloads}
+            return got if all(len(ps) == want[w] and all(p["status"].get("phase") == "Running" for p in ps)
+                              for w, ps in got.items()) else None
+        self.pods = e2elib.wait(f"{sum(want.values())} pods Running at maxReplicas", all_running, timeout=240)
+        platform = fleet.platform
+        [self.cm] = [c for c in fleetlib.installed(kube, platform, "configmap")
+                     if c["metadata"]["name"].endswith("-prometheus-adapter")]
+        [self.svc] = [s for s in fleetlib.installed(kube, platform, "service")
+                      if s["metadata"]["name"].endswith("-prometheus-adapter")]
+        [self.api] = fleetlib.installed(kube, platform, "apiservice")
+        self.exporter = fleetlib.Exporter(agents.dcgm_nodes)
+        threading.Thread(target=self.exporter.serve_forever, daemon=True).start()
+        for r in fleet.workloads:
+            self.serve(r, self.pods[r.workload])
+        self.prom = fleetlib.start_prometheus(kube.cluster, prometheus_bin, self.exporter, tmp_path).rstrip("/")
+        self.rules = tmp_path / "rules.yaml"
+        self.adapter = self.start_adapter(self.cm["data"]["config.yaml"], "prometheus-adapter")
+
+    def serve(self, r, pods) -> None:
+        """The series of `r`'s autoscaling metrics for these pods (test_fleet's values)."""
+        from tests.e2e import test_fleet as tf
+        names = [m["name"] for m in (r.values.get("autoscaling") or {}).get("metrics") or ()]
+        with self.exporter.lock:
+            for pod in pods:
+                key = (r.namespace, pod["metadata"]["name"])
+                self.exporter.node_of[key] = pod["spec"]["nodeName"]
+                self.exporter.series[key] = {k: v for n in names for k, v in tf.SERVED[n.replace(":", "_")][0].items()}
+
+    def start_adapter(self, rules_yaml: str, name: str) -> subprocess.Popen:
+        self.rules.write_text(rules_yaml)
+        port, proc = self.kube.cluster.start_adapter(self.rules, self.prom + "/", name=name)
+        self.kube.cluster.expose_host_service(self.fleet.platform.namespace, self.svc["metadata"]["name"],
+                                              self.api["metadata"]["name"], port)
+        return proc
+
+    def settle(self, what: str, expected: set[str], timeout: float = 90, prometheus: str | None = None,
+               objects: set[str] | None = None, kubeconfig: Path | None = None) -> dict:
+        """Poll doctor until its finding codes are `expected` (on `objects`, when given):
+        the report then names only that link (and exit 1, or 0 when healthy)."""
+        last = {}
+
+        def check():
+            rc, rep = _doctor(kubeconfig or self.kubeconfig, prometheus or self.prom, spec=self.spec)
+            last["rep"] = rep
+            ok = {f["code"] for f in rep["findings"]} == expected and rc == (1 if expected else 0)
+            return rep if ok and (objects is None or {f["object"] for f in rep["findings"]} == objects) else None
+        try:
+            return e2elib.wait(what, check, timeout=timeout, interval=1)
+        except AssertionError:
+            raise AssertionError(f"{what}: doctor found {_codes(last.get('rep') or {'findings': []})}; "
+                                 f"agent errors {self.agents.errors}") from None
+
+    def same_from_dump(self, name: str, rep: dict, prometheus: str | None = None) -> None:
+        """The dump of this state (`--dump-to`, then `--dump`) gives the live findings."""
+        d = self.tmp / f"dump-{name}"
+        _doctor(self.kubeconfig, prometheus or self.prom, "--dump-to", str(d), spec=self.spec)
+        rc, dumped = _doctor(self.kubeconfig, None, "--dump", str(d), spec=self.spec)
+        assert rc == (1 if rep["findings"] else 0) and _codes(dumped) == _codes(rep), (_codes(dumped), _codes(rep))
+
+    def configmap(self, suffix: str) -> dict:
+        [cm] = [c for c in fleetlib.installed(self.kube, self.fleet.platform, "configmap")
+                if c["metadata"]["name"].endswith(suffix)]
+        return cm
+
+    def patch_configmap(self, cm: dict, data: dict) -> None:
+        """An edit outside helm (kubectl), as a user makes it."""
+        self.kube.kubectl("patch", "configmap", "-n", cm["metadata"]["namespace"], cm["metadata"]["name"],
+                          "--type=merge", "-p", json.dumps({"data": data}))
+
+    def restart_agent(self, component: str, node: str) -> None:
+        """Delete the platform agent's pod on `node` (its DaemonSet makes a new one)."""
+        ns = self.fleet.platform.namespace
+        for p in self.kube.pods(ns, f"app.kubernetes.io/name=gpu-inference-{component}"):
+            if p["spec"].get("nodeName") == node:
+                self.kube.kubectl("delete", "pod", "-n", ns, p["metadata"]["name"], "--wait=false")
+
+    def close(self) -> None:
+        self.exporter.shutdown()
+        self.exporter.server_close()
+
+
 def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa: F811
-    import gpuvalues
-    from tests.e2e import test_fleet as tf
-
     t0 = time.monotonic()
-    spec_doc = yaml.safe_load(SPEC.read_text())
-    fleet = gpuvalues.build_fleet(gpuvalues.load_spec(SPEC))
-    printed = day1lib.values(SPEC, tmp_path / "out", day1lib.gpuvalues_bin())
-    kube, agents, _hardware = day1(spec_doc)
-    kubeconfig = Path(kube.cluster.kubeconfig)
-    day1lib.run_printed(kube, printed, spec_doc, before_helm=lambda r, ns: day1lib.prerequisites(kube, r, ns, printed))
-    want = {r.workload: fleetlib.pin_to_max(kube, r) for r in fleet.workloads}
-
-    def all_running():
-        got = {r.workload: fleetlib.workload_pods(kube, r) for r in fleet.workloads}
-        return got if all(len(ps) == want[w] and all(p["status"].get("phase") == "Running" for p in ps)
-                          for w, ps in got.items()) else None
-    pods = e2elib.wait(f"{sum(want.values())} pods Running at maxReplicas", all_running, timeout=150)
-
-    # the metrics chain: the real adapter with the installed rules, a real Prometheus
-    # scraping the test exporter (the vLLM servers' series for every pod)
-    platform = fleet.platform
-    [cm] = [c for c in fleetlib.installed(kube, platform, "configmap")
-            if c["metadata"]["name"].endswith("-prometheus-adapter")]
-    [svc] = [s for s in fleetlib.installed(kube, platform, "service")
-             if s["metadata"]["name"].endswith("-prometheus-adapter")]
-    [api] = fleetlib.installed(kube, platform, "apiservice")
-    exporter = fleetlib.Exporter(agents.dcgm_nodes)
-    threading.Thread(target=exporter.serve_forever, daemon=True).start()
+    up = _Up(day1, tmp_path, prometheus_bin, SPEC)
+    kube, agents, fleet, printed = up.kube, up.agents, up.fleet, up.printed
+    kubeconfig, prom, want, exporter = up.kubeconfig, up.prom, up.want, up.exporter
+    cm, api, platform = up.cm, up.api, fleet.platform
     try:
-        with exporter.lock:
-            for r in fleet.workloads:
-                for pod in pods[r.workload]:
-                    exporter.node_of[r.namespace, pod["metadata"]["name"]] = pod["spec"]["nodeName"]
-                    exporter.series[r.namespace, pod["metadata"]["name"]] = dict(tf.SERVED["vllm_num_requests_waiting"][0])
-        prom = fleetlib.start_prometheus(kube.cluster, prometheus_bin, exporter, tmp_path).rstrip("/")
-        rules = tmp_path / "rules.yaml"
-
-        def start_adapter(rules_yaml: str, name: str) -> subprocess.Popen:
-            rules.write_text(rules_yaml)
-            port, proc = kube.cluster.start_adapter(rules, prom + "/", name=name)
-            kube.cluster.expose_host_service(platform.namespace, svc["metadata"]["name"], api["metadata"]["name"], port)
-            return proc
-        adapter = start_adapter(cm["data"]["config.yaml"], "prometheus-adapter")
+        adapter = up.adapter
         ro_kubeconfig = _read_only_kubeconfig(kube, tmp_path)
-
-        def settle(what: str, expected: set[str], timeout: float = 90, prometheus: str | None = None,
-                   objects: set[str] | None = None) -> dict:
-            """Poll doctor until its finding codes are `expected` (on `objects`, when given):
-            the report then names only that link (and exit 1, or 0 when healthy)."""
-            last = {}
-
-            def check():
-                rc, rep = _doctor(kubeconfig, prometheus or prom)
-                last["rep"] = rep
-                ok = {f["code"] for f in rep["findings"]} == expected and rc == (1 if expected else 0)
-                return rep if ok and (objects is None or {f["object"] for f in rep["findings"]} == objects) else None
-            try:
-                return e2elib.wait(what, check, timeout=timeout, interval=1)
-            except AssertionError:
-                raise AssertionError(f"{what}: doctor found {_codes(last.get('rep') or {'findings': []})}; "
-                                     f"agent errors {agents.errors}") from None
+        settle = up.settle
 
         # 0. healthy: exit 0, no finding; the dump gives the same report; the read-only token too
         healthy = settle("a healthy fleet: no finding", set(), timeout=120)
@@ -172,12 +226,8 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
             breaks()
             want = {obj} if isinstance(obj, str) else obj
             rep = settle(f"{what}: {code}", {code}, timeout=timeout, prometheus=prometheus, objects=want)
-            if code == "DR003":
-                # the dump of a broken cluster gives the same findings too
-                d = tmp_path / f"dump-{code}"
-                _doctor(kubeconfig, prometheus or prom, "--dump-to", str(d))
-                rc, dumped = _doctor(kubeconfig, None, "--dump", str(d))
-                assert rc == 1 and _codes(dumped) == _codes(rep), (_codes(dumped), _codes(rep))
+            if code in ("DR003", "DR018", "DR019"):
+                up.same_from_dump(code, rep, prometheus)   # the dump of a broken cluster gives the same findings
             repairs()
             settle(f"{what}: repaired", set(), timeout=timeout)
             broken.append((code, what, round(time.monotonic() - t, 1)))
@@ -214,17 +264,33 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         assert unrenamed != original, original
         # the nodes whose group selects a renamed config re-read it (the emulator's config-manager, as
         # upstream, or the restarted pod): doctor must name exactly the nodes that then
-        # advertise nvidia.com/gpu where gpu.shared belongs, as the API server shows them
+        # advertise nvidia.com/gpu where gpu.shared belongs (DR006), as the API server shows
+        # them, and the nodes whose GFD re-read it while their plugin still serves the old
+        # config (GFD's product then carries the -SHARED suffix: DR021; new pods asking for
+        # the NVIDIA-L4 product would not land there); each names the ConfigMap's drift
         t = time.monotonic()
         set_dp_config(unrenamed)
-        rep = settle("resource name mismatch: DR006", {"DR006"}, timeout=120)
-        live = kube.nodes()
-        lacking = {f"Node/{n}" for n in nodes if not int(live[n]["status"]["allocatable"].get("nvidia.com/gpu.shared", 0))}
-        assert lacking and {f["object"] for f in rep["findings"]} == lacking, (_codes(rep), lacking)
+        product = "nvidia.com/gpu.product"
+
+        def mismatch():
+            rc, rep = _doctor(kubeconfig, prom)
+            live = kube.nodes()
+            lacking = {f"Node/{n}" for n in nodes if not int(live[n]["status"]["allocatable"].get("nvidia.com/gpu.shared", 0))}
+            relabelled = {f"Node/{n}" for n in nodes if f"Node/{n}" not in lacking
+                          and live[n]["metadata"]["labels"].get(product, "").endswith("-SHARED")}
+            want = {("DR006", o) for o in lacking} | {("DR021", o) for o in relabelled}
+            return rep if rc == 1 and lacking and set(_codes(rep)) == want else None
+        try:
+            rep = e2elib.wait("resource name mismatch: DR006 (and DR021 where only GFD re-read the config)",
+                              mismatch, timeout=120, interval=1)
+        except AssertionError:
+            raise AssertionError(f"resource name mismatch: doctor found {_codes(_doctor(kubeconfig, prom)[1])}") from None
+        assert all(dp_cm["metadata"]["name"] in f["message"] for f in rep["findings"]), rep["findings"]
         d = tmp_path / "dump-DR006"
         _doctor(kubeconfig, prom, "--dump-to", str(d))
         rc, dumped = _doctor(kubeconfig, None, "--dump", str(d))
-        assert rc == 1 and {c for c, _ in _codes(dumped)} == {"DR006"}, _codes(dumped)
+        dumped_codes = {c for c, _ in _codes(dumped)}
+        assert rc == 1 and "DR006" in dumped_codes and dumped_codes <= {"DR006", "DR021"}, _codes(dumped)
         set_dp_config(original)
         settle("resource name mismatch: repaired", set(), timeout=120)
         broken.append(("DR006", "resource name mismatch", round(time.monotonic() - t, 1)))
@@ -248,7 +314,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
                          "-p", json.dumps({"data": {"config.yaml": text}}))
             kube.cluster.terminate(adapter)
             restarts.append(text)
-            adapter = start_adapter(text, f"prometheus-adapter-{len(restarts)}")
+            adapter = up.start_adapter(text, f"prometheus-adapter-{len(restarts)}")
             # the restarted adapter is the APIService's backend again once the aggregator's
             # availability check passes (the link under test is the rule, not this restart)
             e2elib.wait("the custom metrics APIService Available after the adapter restart", lambda: any(
@@ -311,6 +377,28 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         step("DR014", f"Node/{node}", "quarantined node",
              lambda: kube.kubectl("taint", "node", node, "remediation.gpu-inference.io/gpu-unhealthy=true:NoSchedule"),
              lambda: kube.kubectl("taint", "node", node, "remediation.gpu-inference.io/gpu-unhealthy-"))
+        # 9b. a platform ConfigMap drifted in a way that breaks no link yet: the DCGM
+        # exporter's counters without a field no HPA of this fleet reads (kubectl edit)
+        counters = up.configmap("-dcgm-exporter-counters")
+        csv = counters["data"]["counters.csv"]
+        [field] = [ln for ln in csv.splitlines(keepends=True) if ln.startswith("DCGM_FI_DEV_GPU_UTIL,")]
+        step("DR018", f"ConfigMap/{ns}/{counters['metadata']['name']}", "platform ConfigMap drift",
+             lambda: up.patch_configmap(counters, {"counters.csv": csv.replace(field, "")}),
+             lambda: up.patch_configmap(counters, {"counters.csv": csv}))
+        # 9c. GFD's product label not the node group's GPU: the node's GPUs become another
+        # model (its mock hardware the l40s node's, as a node of the wrong instance type in
+        # the node group); GFD restarted on the node reads them, the running device plugin
+        # does not re-enumerate (upstream: only on its restart), so its resources stay right
+        [l40s] = [n for n, o in kube.nodes().items() if o["metadata"]["labels"].get(day1lib.GROUP_LABEL) == "l40s"]
+        own_hw = copy.deepcopy(agents.nodes[node].hardware)
+        assert agents.nodes[l40s].hardware["count"] == own_hw["count"], (own_hw, agents.nodes[l40s].hardware)
+
+        def set_hw(hw):
+            with agents.lock:
+                agents.nodes[node].hardware = copy.deepcopy(hw)
+            up.restart_agent("gpu-feature-discovery", node)
+        step("DR019", f"Node/{node}", "GFD's product not the group's GPU",
+             lambda: set_hw(agents.nodes[l40s].hardware), lambda: set_hw(own_hw), timeout=120)
         # 10. image drift: the DCGM exporter's image changed outside helm
         [dcgm] = [d for d in fleetlib.installed(kube, platform, "daemonset")
                   if d["metadata"]["name"].endswith("-dcgm-exporter")]
@@ -340,11 +428,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
             def rolled():
                 ps = fleetlib.workload_pods(kube, r1)
                 return ps if ps and all(p["status"].get("phase") == "Running" for p in ps) else None
-            ps = e2elib.wait("the upgraded pods Running", rolled, timeout=120)
-            with exporter.lock:
-                for p in ps:
-                    exporter.node_of[r1.namespace, p["metadata"]["name"]] = p["spec"]["nodeName"]
-                    exporter.series[r1.namespace, p["metadata"]["name"]] = dict(tf.SERVED["vllm_num_requests_waiting"][0])
+            up.serve(r1, e2elib.wait("the upgraded pods Running", rolled, timeout=120))
         step("DR016", f"Release/{r1.namespace}/{r1.name}", "values drift",
              lambda: (helm_upgrade("--set", "podAnnotations.drift=yes"), serve_new_pods()),
              lambda: (helm_upgrade(), serve_new_pods()))
@@ -356,11 +440,84 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         assert _codes(rep) == [("DR001", f"Release/{r0.namespace}/{r0.name}")], _codes(rep)
         broken.append(("DR001", "release missing", round(time.monotonic() - t, 1)))
         print(f"\ndoctor e2e: {len(broken)} links broken and named in {time.monotonic() - t0:.1f} s: {broken}")
-        assert len({c for c, _, _ in broken}) == 12, broken
+        assert len({c for c, _, _ in broken}) == 14, broken
         assert not agents.errors, agents.errors
     finally:
-        exporter.shutdown()
-        exporter.server_close()
+        up.close()
+
+
+MIG_SPEC = ROOT / "examples" / "mig-and-tp-one-pool.yaml"
+
+
+def test_doctor_names_mig_manager_failed_and_a_dcgm_field_not_collected(day1, tmp_path, prometheus_bin):  # noqa: F811
+    """The two links the time-slicing fleet lacks, on a MIG fleet (mig-and-tp-one-pool:
+    MIG node groups applied by the emulated mig-manager, two HPAs on a DCGM metric), each
+    broken for real and repaired; the healthy fleet first (exit 0, no finding, its dump too).
+
+    - mig-manager failed: the mig-parted ConfigMap loses the config one node group's label
+      selects (an edit outside helm) and mig-manager restarts on a node of that group: the
+      real `nvidia-mig-parted assert --valid-config` refuses it and the node's
+      mig.config.state becomes failed. doctor names DR004 on that node alone, the
+      ConfigMap's drift in it as the cause (not a DR018 beside it); the nodes whose
+      mig-manager did not restart keep their applied layout and are not named.
+    - a DCGM field not collected: the DCGM exporter's counters lose the field the two
+      HPAs' metric reads: DR012 on those HPAs alone.
+    """
+    t0 = time.monotonic()
+    up = _Up(day1, tmp_path, prometheus_bin, MIG_SPEC)
+    kube, fleet = up.kube, up.fleet
+    try:
+        healthy = up.settle("the MIG fleet healthy: no finding", set(), timeout=180)
+        assert healthy["workloads"] and all(w["running"] == w["desired"] == up.want[w["workload"]]
+                                            for w in healthy["workloads"]), healthy["workloads"]
+        assert not healthy["notes"], healthy["notes"]
+        up.same_from_dump("mig-healthy", healthy)
+        mig_cm = up.configmap("-mig-manager")
+        [key] = list(mig_cm["data"])
+        parted = yaml.safe_load(mig_cm["data"][key])
+        group = next(g for g in fleet.layout.node_groups if g.mig_devices and any(g.mig_devices))
+        config = group.labels["nvidia.com/mig.config"]
+        assert config in parted["mig-configs"], (config, list(parted["mig-configs"]))
+        node = sorted(n for n, o in kube.nodes().items()
+                      if o["metadata"]["labels"].get(day1lib.GROUP_LABEL) == group.name)[0]
+        state = "nvidia.com/mig.config.state"
+
+        def node_state():
+            return kube.nodes()[node]["metadata"]["labels"].get(state)
+        t = time.monotonic()
+        without = {**parted, "mig-configs": {k: v for k, v in parted["mig-configs"].items() if k != config}}
+        up.patch_configmap(mig_cm, {key: yaml.safe_dump(without)})
+        up.restart_agent("mig-manager", node)
+        e2elib.wait(f"{state}=failed on {node}, mig-parted's own error", lambda: node_state() == "failed" and any(
+            "selected mig-config not present" in e for e in up.agents.errors.values()), timeout=120)
+        rep = up.settle("mig-manager failed: DR004", {"DR004"}, timeout=120, objects={f"Node/{node}"})
+        assert config in rep["findings"][0]["message"] and mig_cm["metadata"]["name"] in rep["findings"][0]["message"], rep
+        up.same_from_dump("DR004", rep)
+        up.patch_configmap(mig_cm, {key: mig_cm["data"][key]})
+        up.restart_agent("mig-manager", node)
+        e2elib.wait(f"{state}=success on {node}", lambda: node_state() == "success", timeout=120)
+        up.settle("mig-manager failed: repaired", set(), timeout=120)
+        t_mig = round(time.monotonic() - t, 1)
+
+        t = time.monotonic()
+        counters = up.configmap("-dcgm-exporter-counters")
+        csv = counters["data"]["counters.csv"]
+        dcgm_hpas = {f"HorizontalPodAutoscaler/{r.namespace}/{h['metadata']['name']}"
+                     for r in fleet.workloads for h in fleetlib.installed(kube, r, "hpa")
+                     if any(m["name"].startswith("DCGM_") for m in r.values["autoscaling"]["metrics"])}
+        assert dcgm_hpas, "no HPA of the MIG fleet reads a DCGM metric"
+        [field] = {m["name"] for r in fleet.workloads for m in r.values["autoscaling"]["metrics"]
+                   if m["name"].startswith("DCGM_")}
+        [line] = [ln for ln in csv.splitlines(keepends=True) if ln.startswith(field + ",")]
+        up.patch_configmap(counters, {"counters.csv": csv.replace(line, "")})
+        rep = up.settle("a DCGM field not collected: DR012", {"DR012"}, objects=dcgm_hpas)
+        up.same_from_dump("DR012", rep)
+        up.patch_configmap(counters, {"counters.csv": csv})
+        up.settle("a DCGM field not collected: repaired", set())
+        print(f"\ndoctor MIG e2e: DR004 {t_mig} s, DR012 {round(time.monotonic() - t, 1)} s, "
+              f"all {time.monotonic() - t0:.1f} s")
+    finally:
+        up.close()
 
 
 def _save_fixture(dump: Path, out: Path) -> None:

@@ -7,8 +7,9 @@ real adapter and Prometheus), regenerated with `DOCTOR_FIXTURE_OUT=tests/unit/da
 pytest tests/e2e/test_doctor.py`. Each test below starts from it and makes one change the
 way the cluster would show it (a label mig-manager writes, a ConfigMap edited, a series
 gone), then holds doctor to naming exactly that link. The e2e test breaks the links on the
-real control plane; these cover the ones it cannot break there (no MIG or DCGM metric in
-that fleet, no KEDA) and the reader's refusals.
+real control plane (mig-manager failed and a DCGM field not collected on a second, MIG
+fleet); these cover each link on the fixture, the ones no e2e breaks (KEDA, MIG strategy,
+GPU count) and the reader's refusals.
 """
 from __future__ import annotations
 
@@ -277,11 +278,137 @@ def test_dcgm_field_not_collected(fleet, healthy_objects, healthy_series):
     counters = _one(objs, "ConfigMap", lambda o: o["metadata"].get("labels", {}).get("app.kubernetes.io/name")
                     == "gpu-inference-dcgm-exporter")
     assert "DCGM_FI_PROF_SM_OCCUPANCY" not in counters["data"]["counters.csv"]
-    got = {f.code for f in diagnose(fleet, snap(objs, healthy_series)).findings}
-    assert "DR012" in got and got <= {"DR012", "DR016"}, got
+    # the adapter's ConfigMap gained a rule its release does not render: that drift breaks
+    # no link (DR018); the counters' is the DR012 it explains (named there, not twice)
+    adapter_ref = f"ConfigMap/{cm['metadata']['namespace']}/{cm['metadata']['name']}"
+    report = diagnose(fleet, snap(objs, healthy_series))
+    assert {(f.code, f.object) for f in report.findings if f.code != "DR012"} == {("DR018", adapter_ref)}, report
+    [dr012] = [f for f in report.findings if f.code == "DR012"]
+    assert counters["metadata"]["name"] not in dr012.message     # the counters are as rendered: no drift
     counters["data"]["counters.csv"] += "DCGM_FI_PROF_SM_OCCUPANCY, gauge, SM occupancy.\n"
     got = {f.code for f in diagnose(fleet, snap(objs, healthy_series)).findings}
     assert "DR012" not in got       # negative control: collected, so served from DCGM
+
+
+def _platform_cm(objs, component):
+    return _one(objs, "ConfigMap", lambda o: o["metadata"].get("labels", {}).get("app.kubernetes.io/name") == component)
+
+
+def test_platform_configmap_drift(fleet, healthy_objects, healthy_series):
+    """A platform ConfigMap edited outside helm, against the release's manifest: alone it
+    is DR018 naming the key; a drift that breaks a link is named in that link's finding
+    (its root) instead, once; a reformatted YAML document is no drift."""
+    def run(change):
+        objs = copy.deepcopy(healthy_objects)
+        change(objs)
+        return diagnose(fleet, snap(objs, healthy_series))
+
+    def ref(objs, component):
+        cm = _platform_cm(objs, component)
+        return f"ConfigMap/{cm['metadata']['namespace']}/{cm['metadata']['name']}"
+
+    def counter_gone(objs):
+        cm = _platform_cm(objs, "gpu-inference-dcgm-exporter")
+        lines = cm["data"]["counters.csv"].splitlines(keepends=True)
+        field = next(x for x in lines if x.startswith("DCGM_FI_DEV_GPU_UTIL"))
+        cm["data"]["counters.csv"] = "".join(x for x in lines if x != field)
+    report = run(counter_gone)
+    assert codes(report) == {("DR018", ref(healthy_objects, "gpu-inference-dcgm-exporter"))}
+    assert "without 'DCGM_FI_DEV_GPU_UTIL'" in report.findings[0].message, report.findings[0]
+
+    def unused_config_edited(objs):     # `default`: no node group selects it
+        cm = _platform_cm(objs, "gpu-inference-device-plugin")
+        cm["data"]["default"] = cm["data"]["default"].replace("migStrategy: none", "migStrategy: mixed")
+        assert cm["data"]["default"] != _platform_cm(healthy_objects, "gpu-inference-device-plugin")["data"]["default"]
+    report = run(unused_config_edited)
+    assert codes(report) == {("DR018", ref(healthy_objects, "gpu-inference-device-plugin"))}
+    assert "default: flags.migStrategy" in report.findings[0].message, report.findings[0]
+
+    def cm_deleted(objs):
+        objs.remove(_platform_cm(objs, "gpu-inference-prometheus-adapter"))
+    # without the adapter's ConfigMap no rule serves the HPAs (DR009), the missing
+    # ConfigMap named there
+    report = run(cm_deleted)
+    assert {f.code for f in report.findings} == {"DR009"}
+    assert all("the ConfigMap is missing" in f.message for f in report.findings)
+
+    def reformatted(objs):
+        cm = _platform_cm(objs, "gpu-inference-prometheus-adapter")
+        cm["data"]["config.yaml"] = json.dumps(yaml.safe_load(cm["data"]["config.yaml"]), indent=3)
+    assert run(reformatted).findings == ()         # the same rules, other text: no drift
+
+    def unrenamed(objs):
+        """renameByDefault false in the l4 group's config, and the node's plugin re-read it:
+        DR006, with the drift as its cause (not a DR018 beside it)."""
+        cm = _platform_cm(objs, "gpu-inference-device-plugin")
+        cm["data"]["ts-2"] = cm["data"]["ts-2"].replace("renameByDefault: true", "renameByDefault: false")
+        n = _l4_node(objs)["status"]
+        n["allocatable"]["nvidia.com/gpu"] = n["allocatable"].pop("nvidia.com/gpu.shared")
+    report = run(unrenamed)
+    node = _l4_node(healthy_objects)["metadata"]["name"]
+    assert codes(report) == {("DR006", f"Node/{node}")}
+    assert "ts-2: sharing.timeSlicing.renameByDefault" in report.findings[0].message, report.findings[0]
+    assert "helm upgrade" in report.findings[0].fix
+
+
+def test_gfd_labels_against_the_node_group(fleet, healthy_objects, healthy_series):
+    """GFD's labels on a node whose agents run and resources are right: each value the
+    node group's node carries, else the code of that label and what to change."""
+    node = _l4_node(healthy_objects)["metadata"]["name"]
+
+    def run(**labels):
+        objs = copy.deepcopy(healthy_objects)
+        n = _l4_node(objs)["metadata"]["labels"]
+        for k, v in labels.items():
+            if v is None:
+                n.pop(k)
+            else:
+                n[k] = v
+        return diagnose(fleet, snap(objs, healthy_series))
+
+    report = run(**{"nvidia.com/gpu.product": "NVIDIA-L40S"})
+    assert codes(report) == {("DR019", f"Node/{node}")}
+    assert "'NVIDIA-L4'" in report.findings[0].message and "pool" in report.findings[0].fix
+    report = run(**{"nvidia.com/gpu.product": "NVIDIA-L4-SHARED"})   # the sharing config's suffix
+    assert codes(report) == {("DR021", f"Node/{node}")}
+    assert "renameByDefault" in report.findings[0].fix
+    report = run(**{"nvidia.com/gpu.replicas": "4"})
+    assert codes(report) == {("DR021", f"Node/{node}")} and "'ts-2'" in report.findings[0].message
+    report = run(**{"nvidia.com/gpu.count": "3"})
+    assert codes(report) == {("DR022", f"Node/{node}")} and "a GPU is lost" in report.findings[0].message
+    report = run(**{"nvidia.com/gpu.product": None})
+    assert codes(report) == {("DR019", f"Node/{node}")} and "log" in report.findings[0].fix
+    # labels the group's node does not carry are not held to anything (GFD writes more)
+    assert run(**{"nvidia.com/gpu.machine": "other", "nvidia.com/mig.strategy": "none"}).findings == ()
+
+
+def test_gfd_mig_strategy_against_the_plan():
+    """On a MIG fleet's nodes (expected_nodes, as GFD makes them): a MIG strategy other
+    than the plan's is DR020, the fix naming the plan's."""
+    import gpuvalues
+    from gpuvalues.fleet.spec import GROUP_LABEL
+    fleet = _mig_fleet()
+    inv = gpuvalues.expected_nodes(fleet)
+    objs = []
+    for g in fleet.layout.node_groups:
+        for n in inv.nodes:
+            if n.name.startswith(g.name + "-"):
+                obj = n.to_k8s_node()
+                obj["metadata"]["labels"].update({**fleet.spec.pool(g.pool).selector, GROUP_LABEL: g.name})
+                objs.append(obj)
+    # the node agents Running on every node (as the platform's DaemonSets' pods are)
+    pods = tuple({"metadata": {"name": f"{comp}-{o['metadata']['name']}", "namespace": fleet.platform.namespace,
+                               "labels": {"app.kubernetes.io/name": f"gpu-inference-{comp}",
+                                          "app.kubernetes.io/instance": fleet.platform.name}},
+                  "spec": {"nodeName": o["metadata"]["name"]}, "status": {"phase": "Running"}}
+                 for o in objs for comp in doctor.AGENT_COMPONENTS.values())
+
+    def found():
+        return [f for f in diagnose(fleet, Snapshot(nodes=tuple(objs), pods=pods)).findings if f.code != "DR001"]
+    assert found() == []
+    objs[0]["metadata"]["labels"]["nvidia.com/mig.strategy"] = "single"
+    [f] = found()
+    assert (f.code, f.object) == ("DR020", f"Node/{objs[0]['metadata']['name']}") and "'mixed'" in f.fix
 
 
 def test_a_scaledobject_not_ready(fleet, healthy_objects):
@@ -403,3 +530,41 @@ def test_table_output_groups_findings_by_workload(fleet, healthy_objects, health
     owner = pdb["metadata"]["labels"]["app.kubernetes.io/instance"]
     section = text.split(f"workload {owner} ", 1)[1].split("\nworkload ", 1)[0]
     assert "DR013" in section and "1 finding(s)" in text
+
+
+def test_the_dump_is_read_and_checked_without_the_collector(fleet):
+    """bench_doctor's 4x: decoding a dump made the cyclic collector walk every container
+    decoded so far, again and again. Counted, not timed: no collection runs while the dump
+    is read or checked (decoding the fixture alone, 0.5 MB, with the collector on runs
+    several), and the collector is on again afterwards, as it was."""
+    import gc
+
+    from gpuvalues.io.snapshot import load_dump
+    runs = []
+
+    def count(phase, info):
+        if phase == "start":
+            runs.append(info["generation"])
+    assert gc.isenabled()
+    gc.callbacks.append(count)
+    try:
+        gc.collect()
+        runs.clear()
+        snapshot = load_dump(FIXTURE)
+        report = diagnose(fleet, snapshot)
+        during = list(runs)
+        gc.disable()
+        with doctor.paused_gc():
+            pass
+        assert not gc.isenabled()          # paused_gc restores the state it found
+        gc.enable()
+        runs.clear()
+        [json.loads((FIXTURE / "cluster.json").read_text()) for _ in range(2)]
+        control = list(runs)
+    finally:
+        gc.callbacks.remove(count)
+    assert gc.isenabled() and report.findings == ()
+    # at most the one young collection the first allocations after the reading make
+    # between the two paused blocks (load_dump's, diagnose's)
+    assert len(during) <= 1 and 2 not in during, during
+    assert len(control) > 5, f"negative control: decoding the fixture with the collector on runs it: {control}"
