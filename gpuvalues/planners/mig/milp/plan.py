@@ -14,28 +14,32 @@ from gpuvalues.planners import deviceplugin
 from gpuvalues.planners.mig import geometry as mig
 from gpuvalues.planners.mig import migparted
 from gpuvalues.planners.mig.milp.diagnose import diagnose_infeasible
-from gpuvalues.planners.mig.milp.model import Baseline, GpuGroup, Instance, Model, ModelDemand, NodeConfigGroup, PlanPool, Plan, PoolPlan, WHOLE, assign_runs, check_inputs, chunk_nodes, plan_warnings, pool_costs, pool_device_plugin_config, spare_instances, throughput_of
-from gpuvalues.planners.mig.milp.solve import solution_values, solve_model, trim_solution
+from gpuvalues.planners.mig.milp.model import Baseline, GpuGroup, Instance, LayoutKey, Model, ModelDemand, NodeConfigGroup, PlanPool, Plan, PoolPlan, Run, WHOLE, assign_runs, check_inputs, chunk_nodes, plan_warnings, pool_costs, pool_device_plugin_config, spare_instances, throughput_of
+from gpuvalues.planners.mig.milp.solve import XCounts, ZCounts, solution_values, solve_model, trim_solution
+
+# mig-parted's mig-devices per GPU of each node config (None: MIG off)
+NodeConfigs = dict[str, list[dict[str, int] | None]]
 
 
-def _pool_plans(model: Model, demands, x, z) -> tuple[list[PoolPlan], dict, dict, dict]:
+def _pool_plans(model: Model, demands: Sequence[ModelDemand], x: XCounts, z: ZCounts
+                ) -> tuple[list[PoolPlan], NodeConfigs, dict[str, dict[str, str]], dict[str, dict[str, Any]]]:
     pool_plans = []
-    node_configs: dict[str, list] = {}
+    node_configs: NodeConfigs = {}
     labels: dict[str, dict[str, str]] = {}
-    dp_configs: dict[str, dict] = {}
+    dp_configs: dict[str, dict[str, Any]] = {}
     pool_names = {p.name for p in model.pools}
     for k, pool in enumerate(model.pools):
         gpu = get_gpu(pool.gpu)
         mode = model.modes[k]
         keys = model.layouts[k]
         # run-length queue of models per instance type in this pool
-        queues: dict[str, deque] = defaultdict(deque)
+        queues: dict[str, deque[Run]] = defaultdict(deque)
         for (kk, it, m), v in sorted(z.items()):
             if kk == k and v > 0:
                 queues[it].append([demands[m].name, v])
-        counted: Counter = Counter()   # (layout key, instances) -> GPUs
-        used_keys: list[tuple[Any, int]] = []
-        layouts: dict[Any, mig.GpuLayout] = {}
+        counted: Counter[tuple[LayoutKey, tuple[Instance, ...]]] = Counter()   # (layout key, instances) -> GPUs
+        used_keys: list[tuple[LayoutKey, int]] = []
+        layouts: dict[LayoutKey, mig.GpuLayout] = {}
         for li, key in enumerate(keys):
             cnt = x.get((k, li), 0)
             if not cnt:
@@ -57,7 +61,7 @@ def _pool_plans(model: Model, demands, x, z) -> tuple[list[PoolPlan], dict, dict
         spare = spare_instances(counted)
         unused = 0
         if mode == "mig":
-            unused = sum((gpu.mig.memory_slices - sum(gpu.profile(p).memory_slices * c for p, c in key)) * cnt
+            unused = sum((gpu.geometry.memory_slices - sum(gpu.profile(p).memory_slices * c for p, c in key)) * cnt
                          for key, cnt in used_keys)
         # nodes: GPUs sorted by layout, chunked; identical nodes share a config
         node_count = chunk_nodes(sorted(used_keys, key=lambda kc: str(kc[0])), pool.gpus_per_node)
@@ -139,7 +143,8 @@ BASELINES = (("whole-gpu", "whole", "one whole GPU per replica (MIG off): the se
                                   "instance get whole GPUs"))
 
 
-def _baselines(demands, pools, costs, deadline: float | None = None) -> list[Baseline]:
+def _baselines(demands: Sequence[ModelDemand], pools: Sequence[PlanPool], costs: list[float],
+               deadline: float | None = None) -> list[Baseline]:
     """Each baseline solved exactly too; if the inventory is too small for it, solved again
     without pool capacities so it still reports how many GPUs it would take. All share what is
     left of the plan's time limit (`deadline`, perf_counter seconds)."""
