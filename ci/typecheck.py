@@ -21,7 +21,7 @@ RATCHET = ROOT / "ci" / "mypy-ratchet.txt"
 # may not list them (the goal for the base, catalog, planners and fleet layers; issue 28). A
 # folder or file joins when it reaches 0; it never leaves.
 STRICT = ("gpuvalues/errors.py", "gpuvalues/kube.py", "gpuvalues/bundle.py", "gpuvalues/schemas.py",
-          "gpuvalues/catalog/", "gpuvalues/yamlio/")
+          "gpuvalues/catalog/", "gpuvalues/yamlio/", "gpuvalues/planners/")
 _ERROR = re.compile(r"^(gpuvalues/[^:]+\.py):\d+(?::\d+)?: error: ")
 
 
