@@ -219,9 +219,11 @@ def _pack_whole(pool: NodePool, islands, wants: Sequence[tuple[Placement, int]]
     replicas = sorted(((p.count, p.workload) for p, n in wants if not p.multi_node
                        for _ in range(n)), key=lambda r: -r[0])
     for count, name in replicas:
-        for node, taken in zip(nodes, used):
+        taken: set[int]
+        for node, node_used in zip(nodes, used):
             got = _take(node, count, biggest)
             if got is not None:
+                taken = node_used      # this node's GPUs (a lint rename once lost this)
                 break
         else:
             if len(nodes) == pool.nodes:
