@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter, defaultdict, deque
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence, TypedDict
 
@@ -46,7 +46,6 @@ import numpy as np
 from gpuvalues.catalog import get_gpu
 from gpuvalues.errors import PlanError
 from gpuvalues.planners import deviceplugin
-from gpuvalues.planners.mig import geometry as mig
 from gpuvalues.planners.mig import migparted
 from gpuvalues.planners.mig.milp import model as milp
 from gpuvalues.planners.mig.milp.certify import Certificate, run_highs
@@ -257,15 +256,12 @@ def _milp(model: milp.Model, demands: Sequence[milp.ModelDemand], groups: list[l
                 float(pool.gpus_per_node * pool.nodes))
         for ci, key in enumerate(cur_keys[k]):   # kept GPUs used <= kept GPUs with that layout
             add_row([(col[("y", k, ci)], 1.0)] + [(j, -float(g.keys.get(key, 0))) for j, g in kp], -inf, 0.0)
-        for itype in model.itypes[k]:
-            z = [(col[("z", k, itype.name, m)], 1.0) for m in range(len(demands)) if ("z", k, itype.name, m) in col]
+        for itype in model.itypes[k]:   # used <= built by new (x) and kept (y) layouts
+            z = milp.serving(col, k, itype.name, len(demands))
             if not z:
                 continue
-            built = [(col[("x", k, li)], -float(dict(key).get(itype.name, 0))) for li, key in enumerate(keys)
-                     if dict(key).get(itype.name, 0)]
-            built += [(col[("y", k, ci)], -float(dict(key).get(itype.name, 0))) for ci, key in enumerate(cur_keys[k])
-                      if dict(key).get(itype.name, 0)]
-            add_row(z + built, -inf, 0.0)
+            add_row(z + milp.built_by(col, "x", k, keys, itype.name)
+                    + milp.built_by(col, "y", k, cur_keys[k], itype.name), -inf, 0.0)
         # changes(k) = N(k) - sum keep
         if max_unavailable is not None:
             add_row([(j, 1.0) for j, _ in kp], float(pool.nodes - max_unavailable), inf)
@@ -440,28 +436,10 @@ def _result(model: milp.Model, demands: Sequence[milp.ModelDemand], groups: list
             kept_nodes += [(nd, g) for nd in order[:keep]]
             changing += [(nd, g) for nd in order[keep:]]
         # GPUs: used kept ones (y) and new layouts (x), models assigned run by run
-        queues: dict[str, deque[milp.Run]] = defaultdict(deque)
-        for (kk, it, m), v in sorted(z.items()):
-            if kk == k and v > 0:
-                queues[it].append([demands[m].name, v])
-        counted: Counter[tuple[LayoutKey, tuple[milp.Instance, ...]]] = Counter()
-        layouts: dict[LayoutKey, mig.GpuLayout] = {}
         runs = [(key, val.get(("y", k, ci), 0)) for ci, key in enumerate(cur_keys[k])]
         runs += [(key, x.get((k, li), 0)) for li, key in enumerate(model.layouts[k])]
-        for key, cnt in runs:
-            if not cnt:
-                continue
-            if mode == "mig":
-                placements = tuple(mig.place(gpu, dict(key)))
-                layouts[key] = mig.GpuLayout(gpu.name, placements)
-                slots = [(pl.profile, pl.start) for pl in placements]
-            else:
-                (it, nn), = key
-                slots = [(it, i) for i in range(nn)]
-            for models, rep in milp.assign_runs(slots, queues, cnt):
-                counted[(key, tuple(milp.Instance(it, st, md) for (it, st), md in zip(slots, models)))] += rep
-        gpu_groups = tuple(milp.GpuGroup(pool.name, layouts.get(key), inst, n)
-                           for (key, inst), n in sorted(counted.items(), key=lambda kv: (-kv[1], str(kv[0]))))
+        counted, layouts = milp.assign_gpus(mode, gpu, runs, milp.run_queues(z, k, demands))
+        gpu_groups = milp.gpu_groups(pool.name, counted, layouts)
         # node configs: kept nodes keep theirs; changed nodes get the new layouts in node-sized chunks
         new_keys = sorted(((key, v) for (kk, li), v in x.items() if kk == k
                            for key in [model.layouts[k][li]]), key=lambda kv: str(kv[0]))

@@ -59,9 +59,9 @@ selects `Plan.device_plugin_configs[<pool>]`). `PoolPlan.node_groups` (`NodeConf
 """
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 
 from gpuvalues.catalog import GIB_PER_GB, GpuModel, MigProfile, get_gpu
@@ -397,6 +397,18 @@ def _full_profile(gpu: GpuModel) -> MigProfile:
     return full
 
 
+def serving(col: Mapping[Column, int], k: int, itype: str, n_models: int) -> list[tuple[int, float]]:
+    """Row entries +1 for each z column of pool `k`'s instance type `itype` (instances used)."""
+    return [(col[("z", k, itype, m)], 1.0) for m in range(n_models) if ("z", k, itype, m) in col]
+
+
+def built_by(col: Mapping[Column, int], kind: str, k: int, keys: Sequence[LayoutKey], itype: str
+             ) -> list[tuple[int, float]]:
+    """Row entries -n(L, itype) for each layout column (`kind`, k, i) whose layout `keys[i]`
+    builds `itype` (instances built); with `serving`, the row "used <= built"."""
+    return [(col[(kind, k, i)], -float(n)) for i, key in enumerate(keys) if (n := dict(key).get(itype, 0))]
+
+
 def build_model(demands: Sequence[ModelDemand], pools: Sequence[PlanPool], layout_rule: str) -> Model:
     modes: list[str] = []
     shared_r: list[int | None] = []
@@ -513,6 +525,49 @@ def assign_runs(slots: Sequence[tuple[str, int]], queues: dict[str, deque[Run]],
                 models.append(None)
         yield tuple(models), repeat
         count -= repeat
+
+
+# GPUs per (layout key, instances with their models): what `assign_gpus` counts
+Counted = Counter[tuple[LayoutKey, tuple[Instance, ...]]]
+
+
+def run_queues(z: Mapping[tuple[int, str, int], int], k: int, demands: Sequence[ModelDemand]
+               ) -> dict[str, deque[Run]]:
+    """Pool `k`'s run-length queues ({itype: deque([model, instances])}) from a solution's
+    instance counts z[(pool, itype, model)], in order: `assign_runs`'s input."""
+    queues: dict[str, deque[Run]] = defaultdict(deque)
+    for (kk, it, m), v in sorted(z.items()):
+        if kk == k and v > 0:
+            queues[it].append([demands[m].name, v])
+    return queues
+
+
+def assign_gpus(mode: str, gpu: GpuModel, runs: Iterable[tuple[LayoutKey, int]], queues: dict[str, deque[Run]]
+                ) -> tuple[Counted, dict[LayoutKey, mig.GpuLayout]]:
+    """GPUs of one pool with their instances and models, from (layout key, GPUs) runs in
+    order (`assign_runs` over the queues), and each MIG layout's placement (placed once per
+    layout, not per GPU). Plan and re-plan both build their pools' GPU groups with it."""
+    counted: Counted = Counter()
+    layouts: dict[LayoutKey, mig.GpuLayout] = {}
+    for key, cnt in runs:
+        if not cnt:
+            continue
+        if mode == "mig":
+            placements = tuple(mig.place(gpu, dict(key)))
+            layouts[key] = mig.GpuLayout(gpu.name, placements)
+            slots = [(pl.profile, pl.start) for pl in placements]
+        else:
+            (it, n), = key
+            slots = [(it, i) for i in range(n)]
+        for models, rep in assign_runs(slots, queues, cnt):
+            counted[(key, tuple(Instance(it, st, md) for (it, st), md in zip(slots, models)))] += rep
+    return counted, layouts
+
+
+def gpu_groups(pool: str, counted: Counted, layouts: Mapping[LayoutKey, mig.GpuLayout]) -> tuple[GpuGroup, ...]:
+    """The pool's GPU groups, largest first (ties by layout)."""
+    return tuple(GpuGroup(pool, layouts.get(key), inst, n)
+                 for (key, inst), n in sorted(counted.items(), key=lambda kv: (-kv[1], str(kv[0]))))
 
 
 def spare_instances(counted: Mapping[tuple[Any, tuple[Instance, ...]], int]) -> Counter[str]:

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter, defaultdict, deque
 from typing import Any, Mapping, Sequence
 
 
 from gpuvalues.catalog import GIB_PER_GB, get_gpu
 from gpuvalues.errors import PlanError
 from gpuvalues.planners import deviceplugin
-from gpuvalues.planners.mig import geometry as mig
 from gpuvalues.planners.mig import migparted
 from gpuvalues.planners.mig.milp.diagnose import diagnose_infeasible
-from gpuvalues.planners.mig.milp.model import Baseline, GpuGroup, Instance, LayoutKey, Model, ModelDemand, NodeConfigGroup, PlanPool, Plan, PoolPlan, Run, WHOLE, assign_runs, check_inputs, chunk_nodes, plan_warnings, pool_costs, pool_device_plugin_config, spare_instances, throughput_of
+from gpuvalues.planners.mig.milp.model import (assign_gpus, Baseline, check_inputs, chunk_nodes, gpu_groups,
+                                               LayoutKey, Model, ModelDemand, NodeConfigGroup, Plan,
+                                               plan_warnings, PlanPool, pool_costs, pool_device_plugin_config,
+                                               PoolPlan, run_queues, spare_instances, throughput_of, WHOLE)
 from gpuvalues.planners.mig.milp.solve import XCounts, ZCounts, solution_values, solve_model, trim_solution
 
 # mig-parted's mig-devices per GPU of each node config (None: MIG off)
@@ -32,31 +33,10 @@ def _pool_plans(model: Model, demands: Sequence[ModelDemand], x: XCounts, z: ZCo
         gpu = get_gpu(pool.gpu)
         mode = model.modes[k]
         keys = model.layouts[k]
-        # run-length queue of models per instance type in this pool
-        queues: dict[str, deque[Run]] = defaultdict(deque)
-        for (kk, it, m), v in sorted(z.items()):
-            if kk == k and v > 0:
-                queues[it].append([demands[m].name, v])
-        counted: Counter[tuple[LayoutKey, tuple[Instance, ...]]] = Counter()   # (layout key, instances) -> GPUs
-        used_keys: list[tuple[LayoutKey, int]] = []
-        layouts: dict[LayoutKey, mig.GpuLayout] = {}
-        for li, key in enumerate(keys):
-            cnt = x.get((k, li), 0)
-            if not cnt:
-                continue
-            used_keys.append((key, cnt))
-            if mode == "mig":
-                placements = tuple(mig.place(gpu, dict(key)))   # once per layout, not per GPU
-                layouts[key] = mig.GpuLayout(gpu.name, placements)
-                slots = [(pl.profile, pl.start) for pl in placements]
-            else:
-                (it, n), = key
-                slots = [(it, i) for i in range(n)]
-            for models, rep in assign_runs(slots, queues, cnt):
-                inst = tuple(Instance(it, st, mdl) for (it, st), mdl in zip(slots, models))
-                counted[(key, inst)] += rep
-        groups = tuple(GpuGroup(pool.name, layouts.get(key) if mode == "mig" else None, inst, n)
-                       for (key, inst), n in sorted(counted.items(), key=lambda kv: (-kv[1], str(kv[0]))))
+        used_keys: list[tuple[LayoutKey, int]] = [(key, cnt) for li, key in enumerate(keys)
+                                                  if (cnt := x.get((k, li), 0))]
+        counted, layouts = assign_gpus(mode, gpu, used_keys, run_queues(z, k, demands))
+        groups = gpu_groups(pool.name, counted, layouts)
         n_gpus = sum(counted.values())
         spare = spare_instances(counted)
         unused = 0

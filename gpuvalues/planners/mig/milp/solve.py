@@ -13,7 +13,8 @@ import numpy as np
 from gpuvalues.errors import PlanError
 from gpuvalues.planners.mig.milp.certify import Certificate, run_highs
 from gpuvalues.planners.mig.milp.highs import Rows, Vector
-from gpuvalues.planners.mig.milp.model import Column, Model, ModelDemand, PlanPool, build_model, demand_need
+from gpuvalues.planners.mig.milp.model import (Column, Model, ModelDemand, PlanPool, build_model, built_by,
+                                               demand_need, serving)
 
 # solve_lp's answer: status, info, solution (None: none), the columns, the MIP's certificate
 LpAnswer = tuple[highspy.HighsModelStatus, highspy.HighsInfo, "Vector | None", list[Column], "Certificate | None"]
@@ -73,13 +74,11 @@ def solve_lp(model: Model, demands: Sequence[ModelDemand], costs: list[float], *
             add_row([(col_index[("x", k, li)], 1.0) for li in range(len(keys))], -inf,
                     float(model.pools[k].capacity if caps is None else caps[k]))
         for itype in model.itypes[k]:
-            z = [(col_index[("z", k, itype.name, m)], 1.0) for m in range(len(demands))
-                 if ("z", k, itype.name, m) in col_index]
+            z = serving(col_index, k, itype.name, len(demands))
             if not z:
                 continue
-            x = [(col_index[("x", k, li)], -float(dict(key).get(itype.name, 0))) for li, key in enumerate(keys)
-                 if dict(key).get(itype.name, 0)]
-            add_row(z + x, -inf, float(spare_built.get((k, itype.name), 0.0)))
+            add_row(z + built_by(col_index, "x", k, keys, itype.name), -inf,
+                    float(spare_built.get((k, itype.name), 0.0)))
     for m, d in enumerate(demands):
         entries = [(col_index[("z", k, it, mm)], w) for (k, it, mm), w in model.weights.items() if mm == m]
         add_row(entries, demand_need(d) if needs is None else needs[m], inf)
