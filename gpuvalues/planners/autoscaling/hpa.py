@@ -650,11 +650,7 @@ class HPA:
                 slot = i
             elif rec[1] > best:
                 best = int(rec[1])
-        if slot >= 0:
-            self._recs[slot] = (now, desired)
-        else:
-            self._recs.append((now, desired))
-        self._recs_set = True
+        self._store(slot, now, desired)
         return best
 
     # ---- the behavior path
@@ -692,12 +688,17 @@ class HPA:
             rec = up_rec
         if rec > down_rec:
             rec = down_rec
-        if slot >= 0:
-            self._recs[slot] = (now_s, desired_replicas)
-        else:
-            self._recs.append((now_s, desired_replicas))
-        self._recs_set = True
+        self._store(slot, now_s, desired_replicas)
         return rec
+
+    def _store(self, slot: int, now_s: float, desired: int) -> None:
+        """Record this sync's recommendation in the outdated `slot` (reused, as upstream), else
+        at the end (both stabilization paths)."""
+        if slot >= 0:
+            self._recs[slot] = (now_s, desired)
+        else:
+            self._recs.append((now_s, desired))
+        self._recs_set = True
 
     def _limit(self, rules: ScalingRules, now: float, current: int, up: bool) -> int:
         # calculateScaleUpLimitWithScalingRules / calculateScaleDownLimitWithBehaviors
