@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 
 
 from gpuvalues.catalog import GIB_PER_GB, get_gpu
-from gpuvalues.errors import PlanError
+from gpuvalues.errors import MigLayoutError, PlanError
 from gpuvalues.planners import deviceplugin
 from gpuvalues.planners.mig import migparted
 from gpuvalues.planners.mig.milp.diagnose import diagnose_infeasible
@@ -153,7 +153,7 @@ def _baselines(demands: Sequence[ModelDemand], pools: Sequence[PlanPool], costs:
                                   with_bounds=False, capacity=False)
                 if res is not None:
                     note += f"; more than the inventory's {sum(p.capacity for p in pools)} GPUs"
-        except PlanError as exc:
+        except (PlanError, MigLayoutError) as exc:   # MigLayoutError: no all-balanced for the GPU
             out.append(Baseline(name, None, None, f"{note}; not possible: {exc}"))
             continue
         if res is None:
