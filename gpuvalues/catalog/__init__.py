@@ -143,6 +143,13 @@ class GpuModel:
         return self.mig is not None
 
     @property
+    def geometry(self) -> MigGeometry:
+        """`mig` for code that only runs on a MIG GPU (a CatalogError on one without)."""
+        if self.mig is None:
+            raise CatalogError(f"{self.name} has no MIG (use time-slicing or MPS, or a MIG-capable GPU)")
+        return self.mig
+
+    @property
     def profiles(self) -> tuple[MigProfile, ...]:
         """Every MIG profile of this GPU (empty without MIG)."""
         return self.mig.profiles if self.mig else ()

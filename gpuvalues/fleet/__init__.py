@@ -14,18 +14,21 @@ values. Nothing here runs helm or touches files.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from gpuvalues import catalog
 from gpuvalues.errors import Finding, GpuValuesError
 from gpuvalues.fleet import sizing
-from gpuvalues.fleet.layout import Layout, NodeGroup, choose_pools, lay_out
+from gpuvalues.fleet.layout import Layout, NodeGroup, Shortage, choose_pools, lay_out
 from gpuvalues.fleet.placement import Placement, candidates
 from gpuvalues.fleet.releases import (Release, gpu_operator_release, platform_release, warning,
                                       workload_release)
 from gpuvalues.fleet.spec import NodePool, Spec
 from gpuvalues.planners import deviceplugin
 from gpuvalues.yamlio.loader import format_path
+
+if TYPE_CHECKING:    # imported where used: reading a spec needs no scheduler model
+    from gpuvalues.planners.scheduling.inventory import Inventory
 
 __all__ = ["Fleet", "Release", "NodeGroup", "Placement", "build_fleet", "expected_nodes"]
 
@@ -86,7 +89,7 @@ class Fleet:
         return out
 
 
-def _finding(spec: Spec, exc: GpuValuesError, default_path: tuple) -> Finding:
+def _finding(spec: Spec, exc: GpuValuesError, default_path: tuple[str | int, ...]) -> Finding:
     """A placed error as a finding (the error's own position when it has one)."""
     if exc.line is not None or exc.source:
         return Finding(exc.code, exc.message, exc.field or format_path(default_path),
@@ -147,7 +150,7 @@ def _shortage_findings(spec: Spec, layout: Layout, placements: list[Placement]) 
     not hold even alone is the semantic rule GV005's, reported once, there."""
     fixed = spec.autoscaling.max_replicas is not None
     by_name = {p.workload: p for p in placements}
-    by_pool: dict[str, list] = {}
+    by_pool: dict[str, list[Shortage]] = {}
     for s in layout.shortages:
         p = by_name[s.workload]
         if fixed and s.wanted * p.gpus_per_replica > p.pool.gpus * p.units_per_gpu:
@@ -171,7 +174,8 @@ def _shortage_findings(spec: Spec, layout: Layout, placements: list[Placement]) 
     return out
 
 
-def group_node(pool: NodePool, group: NodeGroup, layout: Layout) -> tuple[dict, dict, dict, int, str]:
+def group_node(pool: NodePool, group: NodeGroup, layout: Layout
+               ) -> tuple[dict[str, str], dict[str, int], dict[str, int], int, str]:
     """What a node of `group` (of `pool`) carries once its config is applied: (labels,
     allocatable, MIG instances per profile, replicas per GPU, MIG strategy), the device
     plugin's and GFD's behaviour as the project believes it (tests/oracle compares it with
@@ -227,7 +231,7 @@ def offered_resources(fleet: Fleet) -> dict[str, set[str]]:
     return out
 
 
-def expected_nodes(fleet: Fleet):
+def expected_nodes(fleet: Fleet) -> Inventory:
     """An `Inventory` of the fleet's nodes as they will look once the node side is applied:
     the node groups' labels plus the labels and allocatable resources the device plugin and
     GFD derive from each group's config (`group_node`). CPU and memory are left out
@@ -239,7 +243,9 @@ def expected_nodes(fleet: Fleet):
     for pool in spec.node_pools:
         gpu = pool.gpu
         index = 0
-        for g in (layout.groups_of(pool.name) if layout else ()):
+        if layout is None:
+            continue
+        for g in layout.groups_of(pool.name):
             labels, alloc, mig_profiles, replicas, strategy = group_node(pool, g, layout)
             info = GpuInfo(product=labels["nvidia.com/gpu.product"], count=pool.gpus_per_node,
                            mig_capable=gpu.mig_capable, mig_strategy=strategy,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypedDict
 
 from gpuvalues.catalog import GIB_PER_GB
 from gpuvalues.errors import PlanError
@@ -31,6 +31,23 @@ from gpuvalues.planners import deviceplugin
 from gpuvalues.planners.mig import migparted
 from gpuvalues.planners.scheduling import topology
 from gpuvalues.yamlio.inputs import read_text
+
+if TYPE_CHECKING:    # the MIG planner (HiGHS, numpy) is imported only when MIG is planned
+    from gpuvalues.planners.mig.milp.model import Plan
+
+# mig-parted's mig-devices per GPU of a node (None: MIG off on that GPU)
+Devices = tuple["dict[str, int] | None", ...]
+# a MIG-managed pool before the solve: (pool, free nodes, topology labels, free GPU indices
+# per partly used node, whole-GPU workloads, nodes they use)
+MigPool = tuple[NodePool, int, dict[str, str], list[tuple[int, ...]], tuple[str, ...], int]
+# planner pool -> (spec pool, its GPU indices or None for all, nodes)
+Parts = dict[str, tuple[str, "tuple[int, ...] | None", int]]
+
+
+class _Solve(TypedDict):
+    objective: str
+    baselines: bool
+    time_limit: float
 
 __all__ = ["NodeGroup", "Shortage", "Layout", "lay_out", "choose_pools", "DEFAULT_DEVICE_PLUGIN_CONFIG"]
 
@@ -79,7 +96,7 @@ class Layout:
     mig_parted: Mapping[str, Any] | None
     device_plugin_configs: Mapping[str, Mapping[str, Any]]
     units: Mapping[str, int]                 # workload -> resource units at most
-    plan: Any = None                         # milp.Plan of the MIG pools, or None
+    plan: Plan | None = None                 # the MIG pools' plan (milp), or None
     notes: tuple[str, ...] = ()
     shortages: tuple[Shortage, ...] = ()
     held: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # pool -> workload -> GPUs
@@ -103,7 +120,7 @@ def _unique(name: str, used: set[str]) -> str:
     return name
 
 
-def _kind(p: Placement) -> tuple:
+def _kind(p: Placement) -> tuple[object, ...]:
     """What a placement needs of its pool's device-plugin config (two kinds that differ
     cannot share a pool, see lay_out); whole GPUs go with any but DRA."""
     if p.mode == "shared":
@@ -117,7 +134,7 @@ def _gpus_for(p: Placement, peak: int) -> int:
 
 
 def choose_pools(spec: Spec, options: Sequence[Sequence[Placement]],
-                 peak_of) -> list[Placement]:
+                 peak_of: Callable[[Placement], int]) -> list[Placement]:
     """One placement per workload from its candidates (`placement.candidates`, one per pool
     that can host it): in spec order, the first pool whose GPUs not yet claimed hold the
     workload's peak (`peak_of(placement)`: replicas; GPUs as `_gpus_for` counts them, an
@@ -126,7 +143,7 @@ def choose_pools(spec: Spec, options: Sequence[Sequence[Placement]],
     layout reports what does not fit (GV015). So `sharing: auto` and workloads without a
     nodePool spread over every pool that can serve them, instead of all taking the first."""
     left = {pool.name: pool.gpus for pool in spec.node_pools}
-    kinds: dict[str, set] = {pool.name: set() for pool in spec.node_pools}
+    kinds: dict[str, set[tuple[object, ...]]] = {pool.name: set() for pool in spec.node_pools}
 
     def fits_with(p: Placement) -> bool:
         have, mine = kinds[p.pool.name], _kind(p)
@@ -161,6 +178,8 @@ def _islands(spec: Spec, pool: NodePool) -> tuple[tuple[tuple[int, ...], ...], t
     elif topo.label:
         k = topology.nvlink_size(topo.label) or 0
         groups = tuple(tuple(range(i, i + k)) for i in range(0, n - k + 1, k)) if k > 1 else ()
+    elif topo.file is None:               # (the schema asks for a file or a label)
+        groups = (tuple(range(n)),)
     else:
         parsed = topology.parse_topo_matrix(read_text(topo.file), source=str(topo.file))
         if len(parsed.gpus) != n:         # another node's matrix: trust the pool's GPU count
@@ -197,7 +216,7 @@ def _take(node: list[list[int]], count: int, biggest: int) -> list[int] | None:
     return got
 
 
-def _pack_whole(pool: NodePool, islands, wants: Sequence[tuple[Placement, int]]
+def _pack_whole(pool: NodePool, islands: tuple[tuple[tuple[int, ...], ...], tuple[int, ...]], wants: Sequence[tuple[Placement, int]]
                 ) -> tuple[list[frozenset[int]], dict[str, int]]:
     """First fit decreasing of whole-GPU replicas onto nodes of `pool` (`_take`): per node
     opened, the GPU indices the replicas use; replicas placed per workload."""
@@ -219,9 +238,11 @@ def _pack_whole(pool: NodePool, islands, wants: Sequence[tuple[Placement, int]]
     replicas = sorted(((p.count, p.workload) for p, n in wants if not p.multi_node
                        for _ in range(n)), key=lambda r: -r[0])
     for count, name in replicas:
-        for node, _taken in zip(nodes, used):
+        taken: set[int]
+        for node, node_used in zip(nodes, used):
             got = _take(node, count, biggest)
             if got is not None:
+                taken = node_used      # this node's GPUs (a lint rename once lost this)
                 break
         else:
             if len(nodes) == pool.nodes:
@@ -244,11 +265,13 @@ def _topology_labels(spec: Spec, pool: NodePool) -> dict[str, str]:
         return {}
     if topo.label:
         return {topology.DEFAULT_TOPOLOGY_KEY: topo.label}
+    if topo.file is None:                 # (the schema asks for a file or a label)
+        return {}
     # regular files only, size-limited, one-line errors (yamlio); checks/spec confined the path
     return topology.parse_topo_matrix(read_text(topo.file), source=str(topo.file)).labels()
 
 
-def _shared_config(spec: Spec, pool: NodePool, shared: Sequence[Placement]) -> tuple[str, dict]:
+def _shared_config(spec: Spec, pool: NodePool, shared: Sequence[Placement]) -> tuple[str, dict[str, Any]]:
     kinds = {(p.sharing, p.replicas_per_gpu, p.renamed) for p in shared}
     if len(kinds) > 1:
         names = ", ".join(f"{p.workload} ({p.sharing} x{p.replicas_per_gpu}"
@@ -296,15 +319,15 @@ def lay_out(spec: Spec, placements: Sequence[Placement], peaks: Mapping[str, int
     """
     used_names: set[str] = set()
     groups: list[NodeGroup] = []
-    dp_configs: dict[str, dict] = {}
-    mig_configs: dict[str, list] = {}
-    filters: dict[str, list] = {}
+    dp_configs: dict[str, dict[str, Any]] = {}
+    mig_configs: dict[str, list[dict[str, int] | None]] = {}
+    filters: dict[str, list[str]] = {}
     units: dict[str, int] = {}
     notes: list[str] = []
     shortages: list[Shortage] = []
     # (pool, free nodes, topology labels, free GPU indices per partly used node,
     #  whole-GPU workloads, nodes they use)
-    mig_pools: list[tuple[NodePool, int, dict, list, tuple, int]] = []
+    mig_pools: list[MigPool] = []
     held: dict[str, dict[str, int]] = {}
 
     for pool in spec.node_pools:
@@ -349,7 +372,9 @@ def lay_out(spec: Spec, placements: Sequence[Placement], peaks: Mapping[str, int
         if shared:
             name, cfg = _shared_config(spec, pool, shared)
             dp_configs[name] = cfg
-            per_node = pool.gpus_per_node * shared[0].replicas_per_gpu
+            replicas = shared[0].replicas_per_gpu
+            assert replicas is not None, "a shared placement has replicas per GPU"
+            per_node = pool.gpus_per_node * replicas
             slots = free * per_node
             _share_out(shared, peaks, slots, units, shortages, pool,
                        f"{free} nodes x {per_node} shared replicas")
@@ -384,11 +409,11 @@ def lay_out(spec: Spec, placements: Sequence[Placement], peaks: Mapping[str, int
                                         labels, None, workloads=whole_names))
 
     plan = None
-    parts: dict[str, tuple[str, tuple[int, ...] | None, int]] = {}
+    parts: Parts = {}
     if mig_pools:
         plan = _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_configs,
                            filters, units, notes, shortages, used_names, held, parts,
-                           dict(objective=objective, baselines=baselines, time_limit=time_limit))
+                           {"objective": objective, "baselines": baselines, "time_limit": time_limit})
     mig_parted = migparted.build_mig_parted_config(mig_configs, device_filters=filters or None) \
         if mig_configs else None
     groups, dp_configs = _container_features(spec, groups, dp_configs)
@@ -397,7 +422,7 @@ def lay_out(spec: Spec, placements: Sequence[Placement], peaks: Mapping[str, int
 
 
 def _share_out(members: Sequence[Placement], peaks: Mapping[str, int], slots: int,
-               units: dict, shortages: list, pool: NodePool, what: str) -> None:
+               units: dict[str, int], shortages: list[Shortage], pool: NodePool, what: str) -> None:
     """Give `slots` resource units to `members`: each its peak when they all fit, else in
     proportion to peak (at least one each while slots last)."""
     want = {p.workload: peaks[p.workload] * p.count for p in members}
@@ -416,8 +441,11 @@ def _share_out(members: Sequence[Placement], peaks: Mapping[str, int], slots: in
                                   got[p.workload] // p.count, what))
 
 
-def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_configs, filters,
-                units, notes, shortages, used_names, held, parts, solve):
+def _mig_layout(spec: Spec, placements: Sequence[Placement], peaks: Mapping[str, int],
+                mig_pools: list[MigPool], groups: list[NodeGroup], dp_configs: dict[str, dict[str, Any]],
+                mig_configs: dict[str, list[dict[str, int] | None]], filters: dict[str, list[str]],
+                units: dict[str, int], notes: list[str], shortages: list[Shortage], used_names: set[str],
+                held: dict[str, dict[str, int]], parts: Parts, solve: _Solve) -> Plan | None:
     """Step 3: the MIG pools' layout by the optimal planner, one solve for all of them.
 
     A pool's free nodes are one planner pool; the free GPUs of its nodes that whole-GPU
@@ -442,19 +470,19 @@ def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_conf
     members = [p for p in placements if p.mode == "mig" and p.pool.name in by_pool]
     demands = []
     for p in members:
-        mine = [name for name, (owner, _, _) in parts.items() if owner == p.pool.name]
+        own_parts = [name for name, (owner, _, _) in parts.items() if owner == p.pool.name]
         gpus = sum((len(idx) if idx else p.pool.gpus_per_node) * count
-                   for name, (_, idx, count) in parts.items() if name in mine)
+                   for name, (_, idx, count) in parts.items() if name in own_parts)
         w = next(w for w in spec.workloads if w.name == p.workload)
         demands.append(milp.ModelDemand(p.workload, replicas=min(peaks[p.workload], p.units_per_gpu * gpus),
                                         memory_gb=w.memory_gib / GIB_PER_GB if w.memory_gib else None,
-                                        allowed_profiles=(p.gpu.profile(p.mig_profile).name,),
-                                        pools=tuple(mine)))
+                                        allowed_profiles=(p.gpu.profile(_profile(p)).name,),
+                                        pools=tuple(own_parts)))
     inputs = [milp.PlanPool(name, by_pool[owner].gpu.name, len(idx) if idx else by_pool[owner].gpus_per_node,
                             count, mig_enabled=True, price_per_gpu=by_pool[owner].price_per_gpu_hour)
               for name, (owner, idx, count) in parts.items()]
     result = None
-    demands = [d for d in demands if d.replicas > 0 and d.pools]
+    demands = [d for d in demands if (d.replicas or 0) > 0 and d.pools]
     if solve["objective"] == "cost" and any(p.price_per_gpu is None for p in inputs):
         raise PlanError("--objective cost needs pricePerGpuHour on every MIG node pool")
     if demands and inputs:
@@ -464,13 +492,13 @@ def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_conf
             notes.append(f"the optimal MIG planner could not fit the peak ({exc.message}); "
                          "split each pool's free GPUs in proportion to demand instead")
     # pool -> [(nodes, devices per GPU of the node, None = MIG off)]
-    layouts: dict[str, list[tuple[int, tuple]]] = {}
+    layouts: dict[str, list[tuple[int, Devices]]] = {}
     partial_used: dict[str, int] = {}
     if result is not None:
         notes.append(f"MIG layout by the optimal planner (HiGHS): {result.gpus_used} GPUs, gap "
                      f"{result.gap:.0%}" + ("" if result.optimal else " (time limit: not proven)"))
         for pp in result.pools:
-            owner, idx, _ = parts[pp.pool.name]
+            owner, gpu_idx, _ = parts[pp.pool.name]
             n = by_pool[owner].gpus_per_node
             for g in pp.gpu_groups:
                 models = {inst.model for inst in g.instances if inst.model}
@@ -481,14 +509,14 @@ def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_conf
                     held.setdefault(owner, {})[m] = held.get(owner, {}).get(m, 0) + g.count
             # the planner names profiles as the catalog does; a workload asking for a
             # driver branch's name (GB200 1g.24gb) gets that name on its nodes
-            named = {p.gpu.profile(p.mig_profile).name: p.mig_profile for p in members
+            named = {p.gpu.profile(_profile(p)).name: _profile(p) for p in members
                      if p.pool.name == owner}
             for ng in pp.node_groups:
                 devices = tuple({named.get(k, k): v for k, v in dict(d).items()} if d else None
                                 for d in ng.devices)
-                if idx is not None:
-                    full: list = [None] * n
-                    for pos, gi in enumerate(idx):
+                if gpu_idx is not None:
+                    full: list[dict[str, int] | None] = [None] * n
+                    for pos, gi in enumerate(gpu_idx):
                         full[gi] = devices[pos]
                     devices = tuple(full)
                     partial_used[owner] = partial_used.get(owner, 0) + ng.count
@@ -550,8 +578,14 @@ def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_conf
     return result
 
 
+def _profile(p: Placement) -> str:
+    """The profile of a MIG placement."""
+    assert p.mig_profile is not None, "a MIG placement names its profile"
+    return p.mig_profile
+
+
 def _split_pool(pool: NodePool, mine: Sequence[Placement], peaks: Mapping[str, int],
-                nodes: int) -> list[tuple[int, tuple]]:
+                nodes: int) -> list[tuple[int, Devices]]:
     """Fallback when the planner cannot fit the peak: the pool's free GPUs split among its
     MIG workloads in proportion to demand (each at least one while GPUs last), a GPU holds
     one profile, as many as fit; [(nodes, devices per GPU)] with alike nodes grouped."""
@@ -566,11 +600,11 @@ def _split_pool(pool: NodePool, mine: Sequence[Placement], peaks: Mapping[str, i
         name = max(share, key=lambda k: (need[k] / max(share[k], 1e-9) if share[k] else 0,
                                          -list(share).index(k)))
         share[name] += 1
-    flat: list = []
+    flat: list[dict[str, int] | None] = []
     for p in mine:
-        flat += [{p.mig_profile: p.units_per_gpu}] * share[p.workload]
+        flat += [{_profile(p): p.units_per_gpu}] * share[p.workload]
     flat += [None] * (total - len(flat))
-    out: list[tuple[int, tuple]] = []
+    out: list[tuple[int, Devices]] = []
     for i in range(nodes):
         devices = tuple(flat[i * n:(i + 1) * n])
         if out and out[-1][1] == devices:

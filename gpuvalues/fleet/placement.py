@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuvalues import catalog
 from gpuvalues.yamlio.loader import format_path
@@ -71,6 +71,7 @@ class Placement:
         """The extended resource each pod requests; `dra`: the DeviceClass its
         ResourceClaimTemplate claims devices of (the chart's gpu.dra.deviceClassName)."""
         if self.mode == "mig":
+            assert self.mig_profile is not None, "a MIG placement names its profile"
             return catalog.mig_resource_name(self.mig_profile)
         if self.mode == "shared":
             return SHARED_RESOURCE if self.renamed else WHOLE_RESOURCE
@@ -84,7 +85,10 @@ class Placement:
         return self.mode in ("whole", "dra")
 
 
-def spec_error(exc_type, message: str, spec: Spec, *path: Any, code: str | None = None):
+_E = TypeVar("_E", bound=GpuValuesError)
+
+
+def spec_error(exc_type: type[_E], message: str, spec: Spec, *path: Any, code: str | None = None) -> _E:
     """An error of `exc_type` placed at `path` in the spec."""
     source, line, col = spec.position(*path)
     return exc_type(message, source=source, line=line, column=col,
@@ -111,7 +115,7 @@ def _smallest_profile(gpu: GpuModel, need: float) -> MigProfile | None:
     """The smallest base MIG profile with at least `need` GiB usable (None if only the
     whole GPU holds it)."""
     fits = [p for p in gpu.profiles if p.is_base and usable_gib(p) >= need
-            and p.memory_slices < gpu.mig.memory_slices]
+            and p.memory_slices < gpu.geometry.memory_slices]
     return min(fits, key=lambda p: (p.memory_slices, p.compute_slices, usable_gib(p)), default=None)
 
 
@@ -215,7 +219,7 @@ def _place_on(spec: Spec, wi: int, pools: tuple[NodePool, ...]) -> Placement:
     sharing_at = ("workloads", wi, "sharing") if w.sharing else ("sharing",)
     need = _need_gib(spec, w)
     headroom = f" + {spec.memory_headroom:.0%} headroom" if spec.memory_headroom else ""
-    asked = f"{_gib(w.memory_gib)}{headroom}" if need else ""     # for messages
+    asked = f"{_gib(w.memory_gib)}{headroom}" if need and w.memory_gib is not None else ""   # for messages
     problems: list[tuple[str, str]] = []        # (code, why not this pool)
     for pool in pools:
         gpu = pool.gpu
@@ -268,6 +272,7 @@ def _place_on(spec: Spec, wi: int, pools: tuple[NodePool, ...]) -> Placement:
             if not pool.mig:
                 problems.append(("GV014", f"{pool.name}: MIG is off for this pool (set mig: true)"))
                 continue
+            prof: MigProfile | None
             if sharing.mig_profile:
                 try:
                     prof = gpu.profile(sharing.mig_profile)

@@ -32,6 +32,7 @@ from gpuvalues.planners.scheduling import topology
 if TYPE_CHECKING:
     from gpuvalues.fleet import Fleet
     from gpuvalues.fleet.layout import Layout, NodeGroup
+    from gpuvalues.planners.scheduling.inventory import Inventory
 
 __all__ = ["INSTALL_ORDER", "NFD", "GFD", "DEVICE_PLUGIN", "MIG_MANAGER", "GPU_OPERATOR",
            "LABEL_PRODUCERS", "GPU_NODE_TERMS", "OPT_OUT", "PAUSED", "NFD_GPU_LABEL",
@@ -117,13 +118,17 @@ def install_parts(spec: Spec, platform_values: Mapping[str, Any],
     release's values (own mode) or the gpu-operator chart's (`operator_values`, operator
     mode; the operator's defaults where they say nothing), and `cluster.nfd`."""
     p = platform_values.get("platform", {})
-    on = lambda part: bool(p.get(part, {}).get("enabled"))   # noqa: E731
+
+    def on(part: str) -> bool:
+        return bool(p.get(part, {}).get("enabled"))
     parts = {INSTALL_ORDER: "gpuvalues values"}
     if spec.nfd == "present":
         parts[NFD] = "the cluster (cluster.nfd: present)"
     if spec.platform.gpu_operator:
         op = operator_values or {}
-        op_on = lambda key: bool(op.get(key, {}).get("enabled", True))   # noqa: E731
+
+        def op_on(key: str) -> bool:
+            return bool(op.get(key, {}).get("enabled", True))
         parts[GPU_OPERATOR] = "the GPU Operator"
         if NFD not in parts and op_on("nfd"):
             parts[NFD] = "the GPU Operator"
@@ -176,8 +181,10 @@ def node_states(spec: Spec, layout: Layout | None, platform_values: Mapping[str,
     from gpuvalues.fleet import group_node
 
     parts = install_parts(spec, platform_values, operator_values)
-    out = []
-    for g in (layout.node_groups if layout else ()):
+    out: list[NodeState] = []
+    if layout is None:
+        return ()
+    for g in layout.node_groups:
         pool = spec.pool(g.pool)
         final, alloc, mig_profiles, replicas, strategy = group_node(pool, g, layout)
         labels = {**pool.selector, **g.labels, GROUP_LABEL: g.name}
@@ -230,7 +237,7 @@ def domain_label(fleet: Fleet, pool: NodePool, index: int) -> dict[str, str]:
     return {pool.group_domain_label: f"{pool.name}-{(index - 1) // size + 1}"}
 
 
-def produced_nodes(fleet: Fleet):
+def produced_nodes(fleet: Fleet) -> Inventory:
     """An `Inventory` of the fleet's nodes as the install makes them from bare nodes
     (`node_states`): only labels and resources some part of the install produces."""
     from gpuvalues.planners.scheduling.inventory import GpuInfo, Inventory, Node
@@ -305,6 +312,6 @@ def missing_producers(fleet: Fleet, pool: str, required: Mapping[str, tuple[str,
             continue          # produced; whether its value matches is fit's question
         group_labels = next((groups[s.group].labels for s in states if s.group in groups), {})
         part = producer_of(key, group_labels)
-        why = next((s.why_not[part] for s in states if part in s.why_not), "")
+        why = next((s.why_not[part] for s in states if part is not None and part in s.why_not), "")
         out.append((key, part, why))
     return out

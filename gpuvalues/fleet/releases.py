@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from gpuvalues.yamlio.writer import dump
 from gpuvalues.errors import Finding, SpecError
@@ -80,8 +80,14 @@ def _pool_topology(spec: Spec, placement: Placement, layout: Layout) -> tuple[st
     return None, None
 
 
+class Warn(Protocol):
+    """Records a warning at a spec path (`build_fleet`'s `warn`)."""
+
+    def __call__(self, code: str, message: str, *path: Any) -> None: ...
+
+
 def workload_release(spec: Spec, wi: int, placement: Placement, layout: Layout,
-                     warn) -> Release:
+                     warn: Warn) -> Release:
     """The release of workload `wi`. `warn(code, message, *spec_path)` records warnings;
     a problem that makes the values impossible raises a placed `GpuValuesError`."""
     w = spec.workloads[wi]
@@ -90,30 +96,30 @@ def workload_release(spec: Spec, wi: int, placement: Placement, layout: Layout,
     decisions = [f"{w.name}: pool {pool.name} ({pool.nodes} x {pool.gpus_per_node} "
                  f"{gpu.name}); {placement.why}"]
     if placement.mode == "dra" and spec.kube_minor < 34:
-        at: tuple = ("kubernetesVersion",)
+        at: tuple[str | int, ...] = ("kubernetesVersion",)
         if spec.loaded is None or at not in spec.loaded.positions:
             at = ("workloads", wi)
         raise spec_error(SpecError, f"sharing dra needs Kubernetes >= 1.34 (resource.k8s.io/v1); "
                          f"the spec targets {spec.kubernetes_version}", spec, *at, code="GV009")
 
-    server: dict = {"type": w.server}
+    server: dict[str, Any] = {"type": w.server}
     if w.image:
         repo, tag, digest = split_image(w.image)
         server["image"] = {"repository": repo, "tag": tag, "digest": digest}
     if w.model_load_timeout_seconds:
         server["modelLoadTimeoutSeconds"] = w.model_load_timeout_seconds
-    gpu_values: dict = {"mode": placement.mode, "count": placement.count}
+    gpu_values: dict[str, Any] = {"mode": placement.mode, "count": placement.count}
     if placement.mode == "mig":
         gpu_values["mig"] = {"strategy": spec.sharing_for(w).mig_strategy,
                              "profile": placement.mig_profile}
     if placement.mode == "shared":
         gpu_values["shared"] = {"resourceName": placement.resource}
-        if w.server == "vllm":
+        if w.server == "vllm" and placement.replicas_per_gpu:   # shared placements have replicas
             # vLLM pre-allocates --gpu-memory-utilization (default 0.9) of the whole GPU;
             # with time-slicing or MPS every replica on the GPU would, and all but one OOM.
             gpu_values["shared"]["memoryFraction"] = math.floor(90 / placement.replicas_per_gpu) / 100
     model = _model_values(spec, wi)
-    values: dict = {"server": server, "model": model, "gpu": gpu_values}
+    values: dict[str, Any] = {"server": server, "model": model, "gpu": gpu_values}
     if w.weights_gb and not w.model_size_gb:
         decisions.append(f"{w.name}: weights {w.weights_gb:g} GB ({w.parameters_b:g}B parameters "
                          f"x {DTYPE_BYTES[w.dtype or DEFAULT_DTYPE]:g} bytes, {w.dtype or DEFAULT_DTYPE}) "
@@ -205,11 +211,11 @@ def _multi_node_values(spec: Spec, wi: int, placement: Placement) -> dict[str, A
     return out
 
 
-def _model_values(spec: Spec, wi: int) -> dict:
+def _model_values(spec: Spec, wi: int) -> dict[str, Any]:
     """The chart's model block: the source of the weights and the size that sizes the
     download volume and the ephemeral-storage limit."""
     w = spec.workloads[wi]
-    model: dict = {"name": w.model}
+    model: dict[str, Any] = {"name": w.model}
     if w.weights_gb:
         model["sizeGB"] = round(w.weights_gb, 2)
     src = w.model_source
@@ -231,14 +237,14 @@ def _model_values(spec: Spec, wi: int) -> dict:
         model.update({"source": "streamer", "streamer": {"uri": src.uri, **(
             {"secretName": src.secret_name} if src.secret_name else {})}})
     elif src.type == "cache":
-        pvc: dict = {"create": True}
+        pvc: dict[str, Any] = {"create": True}
         if src.storage_class:
             pvc["storageClassName"] = src.storage_class
         model.update({"source": "pvc", "pvc": pvc})
     return model
 
 
-def _scale_to_zero(spec: Spec, wi: int, autoscaling: dict, decisions: list) -> None:
+def _scale_to_zero(spec: Spec, wi: int, autoscaling: dict[str, Any], decisions: list[str]) -> None:
     """minReplicas 0 with what wakes the workload: KEDA on the inference gateway's queue
     (the chart's activation query), or an HPA only where the cluster enables HPAScaleToZero."""
     w = spec.workloads[wi]
@@ -307,10 +313,10 @@ def gpu_operator_release(spec: Spec, layout: Layout | None, workloads: Sequence[
     if not p.gpu_operator:
         return None
     configs = {"default": DEFAULT_DEVICE_PLUGIN_CONFIG, **(dict(layout.device_plugin_configs) if layout else {})}
-    device_plugin: dict = {"enabled": p.device_plugin, "config": {
+    device_plugin: dict[str, Any] = {"enabled": p.device_plugin, "config": {
         "create": True, "name": OPERATOR_DEVICE_PLUGIN_CONFIGMAP, "default": "default",
         "data": {name: dump(cfg) for name, cfg in configs.items()}}}
-    mig_manager: dict = {"enabled": bool(layout and layout.mig_parted)}
+    mig_manager: dict[str, Any] = {"enabled": bool(layout and layout.mig_parted)}
     if layout and layout.mig_parted:
         mig = {"version": layout.mig_parted["version"],
                "mig-configs": {ALL_DISABLED: [{"devices": "all", "mig-enabled": False}],
@@ -338,7 +344,7 @@ def platform_release(spec: Spec, layout: Layout | None, workloads: Sequence[Rele
     """The platform release: every part the spec asks for, once, for the whole fleet."""
     p = spec.platform
     own = not p.gpu_operator
-    metrics: list[dict] = []
+    metrics: list[dict[str, Any]] = []
     for r in workloads:
         a = r.values.get("autoscaling", {})
         if a.get("engine") == "hpa":
@@ -353,7 +359,7 @@ def platform_release(spec: Spec, layout: Layout | None, workloads: Sequence[Rele
     # mig-manager wherever mig-parted manages a pool: it applies the plan's MIG layouts and
     # also turns MIG off on the GPUs the plan keeps whole (they may come with MIG on)
     mig_enabled = bool(layout and layout.mig_parted)
-    platform: dict = {
+    platform: dict[str, Any] = {
         "gpuOperator": p.gpu_operator,
         "devicePlugin": {"enabled": own and p.device_plugin and plugin_nodes},
         "gfd": {"enabled": own and gfd},
@@ -371,7 +377,7 @@ def platform_release(spec: Spec, layout: Layout | None, workloads: Sequence[Rele
     if configs and platform["devicePlugin"]["enabled"]:
         platform["devicePlugin"]["config"] = {"map": {"default": DEFAULT_DEVICE_PLUGIN_CONFIG,
                                                       **configs}}
-    if platform["migManager"]["enabled"]:
+    if platform["migManager"]["enabled"] and layout is not None and layout.mig_parted:   # (mig_enabled)
         # the plan's mig-parted config; each node group's nvidia.com/mig.config selects one
         platform["migManager"]["config"] = dict(layout.mig_parted)
     if p.service_monitor and platform["dcgmExporter"]["enabled"]:

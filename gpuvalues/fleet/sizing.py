@@ -8,6 +8,7 @@ says how many replicas the GPUs hold.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from gpuvalues.errors import CapacityError, GpuValuesError
 from gpuvalues.fleet.placement import Placement, spec_error
@@ -47,14 +48,14 @@ def queue_budget(w: Workload) -> float:
 
 
 def autoscaling_values(spec: Spec, wi: int, placement: Placement,
-                       inventory_units: float) -> tuple[dict, list[str], list[str]]:
+                       inventory_units: float) -> tuple[dict[str, Any], list[str], list[str]]:
     """The chart's autoscaling values for workload `wi`, its decisions and warnings
     (capacity model + metric choice); maxReplicas is capped by `inventory_units` (the
     resource units the fleet's layout gives it) unless the spec sets it."""
     w = spec.workloads[wi]
 
     a = spec.autoscaling
-    out: dict = {"engine": a.engine}
+    out: dict[str, Any] = {"engine": a.engine}
     decisions: list[str] = []
     warnings: list[str] = []
     if a.engine == "none":

@@ -137,7 +137,7 @@ def device_ref_kind(ref: str) -> str | None:
     return None
 
 
-def _check_keys(doc: Mapping, allowed: Sequence[str], field: str, source: str | None) -> None:
+def _check_keys(doc: Mapping[str, Any], allowed: Sequence[str], field: str, source: str | None) -> None:
     for k in doc:
         if k not in allowed:
             where = f"{field}.{k}" if field else str(k)
@@ -261,7 +261,7 @@ def _validate_replicated(block: Any, field: str, source: str | None, warnings: l
     return out
 
 
-def sharing_strategy(cfg: Mapping) -> str:
+def sharing_strategy(cfg: Mapping[str, Any]) -> str:
     """The plugin's `SharingStrategy()`: mps if any MPS resource has replicas > 1, else time-slicing, else none."""
     sharing = (cfg or {}).get("sharing") or {}
     for key, strategy in (("mps", "mps"), ("timeSlicing", "time-slicing")):
@@ -395,7 +395,7 @@ def validate_device_plugin_config(cfg: Any, *, source: str | None = None, mig_en
     return warnings
 
 
-def effective_fail_requests_greater_than_one(cfg: Mapping) -> bool:
+def effective_fail_requests_greater_than_one(cfg: Mapping[str, Any]) -> bool:
     """As `NewConfig` resolves it: MPS defaults nil to true; time-slicing treats nil as false."""
     sharing = (cfg or {}).get("sharing") or {}
     if sharing.get("mps") is not None:
@@ -407,7 +407,7 @@ def effective_fail_requests_greater_than_one(cfg: Mapping) -> bool:
 def build_device_plugin_config(*, mig_strategy: str = "none", sharing: str | None = None, replicas: int | None = None,
                                resources: Sequence[str] = ("nvidia.com/gpu",), rename_by_default: bool = False,
                                fail_requests_greater_than_one: bool | None = None, gpu: str | GpuModel | None = None,
-                               mig_enabled: bool | None = None) -> dict:
+                               mig_enabled: bool | None = None) -> dict[str, Any]:
     """Build a device-plugin config dict and validate it before returning it.
 
     `sharing` is None, "time-slicing" or "mps"; `replicas` (>= 2) applies to every name in

@@ -34,3 +34,12 @@ def test_readme_layers_table_is_the_enforced_contract_and_the_folders():
     for layer in named:
         for name in layer:
             assert (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").is_file(), name
+    # ...and each folder's modules and subpackages, at any depth, in the row's description
+    for row, layer in zip(rows, named):
+        words = {w for item in re.findall(r"`([^`]+)`", row.split("|")[3]) for w in re.split(r"[/.: ]", item)}
+        for name in layer:
+            if (PACKAGE / name).is_dir():
+                inner = {p.stem if p.is_file() else p.name for p in (PACKAGE / name).rglob("*")
+                         if (p.suffix == ".py" and p.stem != "__init__")
+                         or (p.is_dir() and any(p.glob("*.py")))}
+                assert inner <= words, f"README's layers table does not name {sorted(inner - words)} ({name}/)"

@@ -264,3 +264,32 @@ autoscaling: {engine: hpa, maxReplicas: 4}
     f = fleet(text)
     assert codes(f) == []
     assert {p.workload: p.pool.name for p in f.placements} == {"ts": "a", "small": "b"}
+
+
+
+
+
+def test_a_whole_replica_that_fits_an_earlier_node_is_counted_on_that_node():
+    """First fit decreasing: 5 GPUs on the first node, 4 and 4 fill the second, then 3 go
+    back to the first: all 16 GPUs are held. The 3 must be marked used on the first node,
+    not on the last one opened: a renamed loop variable did that (the full second node
+    absorbed them), and the plan put the MIG workload on a GPU the 3-GPU replica holds
+    instead of saying the pool is full."""
+    text = """\
+apiVersion: gpuvalues/v1
+cluster:
+  nodePools:
+    - {name: a100, gpu: A100-80GB, gpusPerNode: 8, nodes: 2, mig: true}
+workloads:
+  - {name: five, model: a, gpus: 5, sharing: whole}
+  - {name: four-a, model: b, gpus: 4, sharing: whole}
+  - {name: four-b, model: c, gpus: 4, sharing: whole}
+  - {name: three, model: d, gpus: 3, sharing: whole}
+  - {name: small, model: s, memoryGB: 8, sharing: mig}
+autoscaling: {engine: hpa, maxReplicas: 1}
+"""
+    f = fleet(text)
+    mig_gpus = sum(g.nodes * sum(1 for d in (g.mig_devices or ()) if d) for g in f.layout.node_groups)
+    assert mig_gpus == 0, [(g.name, g.nodes, g.mig_devices) for g in f.layout.node_groups]
+    assert f.layout.units["small"] == 0
+    assert [(x.code, "small wants 1 replicas, gets 0" in x.message) for x in f.errors] == [("GV015", True)]

@@ -403,3 +403,13 @@ def test_rounding_is_a_valid_plan():
     for dd in d:
         assert p.served[dd.name] >= dd.replicas
     assert p.gpus_used <= 32 and sum(g.count for g in p.pools[0].gpu_groups) == p.gpus_used
+
+
+def test_a_gpu_without_an_all_balanced_formula_still_gets_a_plan():
+    # RTX PRO 5000: 2 compute slices, which mig-parted's all-balanced formula (7- and 4-slice
+    # GPUs) does not cover; the baseline says so instead of failing the plan (an
+    # AttributeError before, then a MigLayoutError)
+    p = plan([ModelDemand("m", replicas=1, memory_gb=5)], [PlanPool("p", "RTX-PRO-5000", 1, 1)])
+    assert p.gpus_used == 1
+    balanced = next(b for b in p.baselines if b.name == "all-balanced")
+    assert balanced.gpus is None and "not possible" in balanced.note and "2 compute slices" in balanced.note

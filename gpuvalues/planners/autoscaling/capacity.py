@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuvalues.errors import CapacityError
 from gpuvalues.planners.autoscaling.hpa import HPA, PodSample, format_milli, pods_metric_replicas
@@ -173,7 +174,7 @@ def _with_reason(choice: MetricChoice, prefix: str) -> MetricChoice:
                         choice.target_milli, choice.unit, choice.source)
 
 
-def recommended_behavior(startup_s: float = 120.0) -> dict:
+def recommended_behavior(startup_s: float = 120.0) -> dict[str, Any]:
     """The autoscaling/v2 `behavior` we recommend for GPU inference (the seed's cool-down,
     made concrete; `gpuvalues simulate` measures it against the alternatives).
 
@@ -374,7 +375,7 @@ class CapacityPlan:
     warnings: tuple[str, ...] = field(default_factory=tuple)
     companion: MetricChoice | None = None  # a second metric the HPA should also scale on
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """Plain data (camelCase keys) for `--output yaml|json` and the simulate report."""
         return {
             "minReplicas": self.min_replicas, "maxReplicas": self.max_replicas,
@@ -443,7 +444,7 @@ def plan_capacity(base_rps: float, peak_rps: float, replica_rps: float, *,
     if max_queue_wait_s is not None and not max_queue_wait_s > 0:
         raise CapacityError(f"must be > 0 seconds, got {max_queue_wait_s!r}", field="max_queue_wait_s")
 
-    def size(rate):
+    def size(rate: float) -> int:
         return replicas_for_load(rate, replica_rps, max_wait_probability=max_wait_probability,
                                               max_queue_wait_s=max_queue_wait_s)
     c_base = size(base_rps)

@@ -577,7 +577,7 @@ class HPA:
             if self.behavior.scale_up.tolerance is not None:
                 up = self.behavior.scale_up.tolerance
         self.tolerances: tuple[float, float] = (down, up)
-        self._recs: list[list[float]] = []  # [at_s, replicas], reused in place like upstream
+        self._recs: list[tuple[float, int]] = []  # (at_s, replicas), slots reused like upstream
         self._recs_set = False  # upstream: recommendations[key] != nil (an empty log counts)
         self._up: list[_Event] = []
         self._down: list[_Event] = []
@@ -604,7 +604,7 @@ class HPA:
                    scale_down_events: Sequence[tuple[float, int, bool]] = ()) -> None:
         """Replace the controller state: recommendations as (at_s, replicas), scale events
         as (at_s, replicas changed (> 0), outdated). For resuming a run and for tests."""
-        self._recs = [[float(at), int(r)] for at, r in recommendations]
+        self._recs = [(float(at), int(r)) for at, r in recommendations]
         self._recs_set = True
         self._up, self._down = [], []
         for target, events in ((self._up, scale_up_events), (self._down, scale_down_events)):
@@ -615,7 +615,7 @@ class HPA:
 
     def record_recommendation(self, at_s: float, replicas: int) -> None:
         """Add a past (unstabilized) recommendation to the history."""
-        self._recs.append([float(at_s), int(replicas)])
+        self._recs.append((float(at_s), int(replicas)))
         self._recs_set = True
 
     def record_scale(self, at_s: float, delta: int) -> None:
@@ -650,11 +650,7 @@ class HPA:
                 slot = i
             elif rec[1] > best:
                 best = int(rec[1])
-        if slot >= 0:
-            self._recs[slot] = [now, desired]
-        else:
-            self._recs.append([now, desired])
-        self._recs_set = True
+        self._store(slot, now, desired)
         return best
 
     # ---- the behavior path
@@ -692,12 +688,17 @@ class HPA:
             rec = up_rec
         if rec > down_rec:
             rec = down_rec
-        if slot >= 0:
-            self._recs[slot] = [now_s, desired_replicas]
-        else:
-            self._recs.append([now_s, desired_replicas])
-        self._recs_set = True
+        self._store(slot, now_s, desired_replicas)
         return rec
+
+    def _store(self, slot: int, now_s: float, desired: int) -> None:
+        """Record this sync's recommendation in the outdated `slot` (reused, as upstream), else
+        at the end (both stabilization paths)."""
+        if slot >= 0:
+            self._recs[slot] = (now_s, desired)
+        else:
+            self._recs.append((now_s, desired))
+        self._recs_set = True
 
     def _limit(self, rules: ScalingRules, now: float, current: int, up: bool) -> int:
         # calculateScaleUpLimitWithScalingRules / calculateScaleDownLimitWithBehaviors
@@ -755,7 +756,7 @@ class HPA:
         Returns the replica count the controller sets (the current one when unchanged).
         """
         if not self._recs_set:  # recordInitialRecommendation
-            self._recs.append([now_s, current_replicas])
+            self._recs.append((now_s, current_replicas))
             self._recs_set = True
         if current_replicas == 0 and self.min_replicas != 0:
             self.last_reason = "ScalingDisabled"

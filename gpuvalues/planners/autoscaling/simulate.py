@@ -43,7 +43,7 @@ _SCALE = {"queue": 1000.0, "queue_time": 1000.0, "running": 1000.0, "gpu_util": 
 
 # Behaviours compared by default. "no-stabilization" is what the seed warned about: every
 # sync may scale down at once. "recommended" is `autoscaling.recommended_behavior`.
-NO_STABILIZATION: dict = {"scaleUp": {"stabilizationWindowSeconds": 0},
+NO_STABILIZATION: dict[str, Any] = {"scaleUp": {"stabilizationWindowSeconds": 0},
                           "scaleDown": {"stabilizationWindowSeconds": 0}}
 
 
@@ -535,7 +535,7 @@ def scale_to_zero(trace: Trace, *, replica_rps: float, cooldown_s: float, cold_s
                              time_at_zero_pct=100 * zero_s / (steps * step_s) if steps else 0.0)
 
 
-def scale_to_zero_sweep(trace: Trace, cooldowns_s: Sequence[float], **kw) -> list[ScaleToZeroResult]:
+def scale_to_zero_sweep(trace: Trace, cooldowns_s: Sequence[float], **kw: Any) -> list[ScaleToZeroResult]:
     """`scale_to_zero` for each cooldown: the cost/latency trade, one row per cooldown."""
     return [scale_to_zero(trace, cooldown_s=c, **kw) for c in cooldowns_s]
 

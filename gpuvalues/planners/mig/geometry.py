@@ -31,7 +31,7 @@ class InstancePlacement(NamedTuple):
     start: int
 
 
-def _size_key(p: MigProfile) -> tuple:
+def _size_key(p: MigProfile) -> tuple[int, int, str]:
     return (-p.memory_slices, -p.compute_slices, p.name)
 
 
@@ -39,11 +39,11 @@ def _slots_text(start: int, size: int) -> str:
     return f"slot {start}" if size == 1 else f"slots {start}-{start + size - 1}"
 
 
-def _profile_counts(gpu: GpuModel, profiles: Iterable[str] | Mapping[str, int]) -> Counter:
+def _profile_counts(gpu: GpuModel, profiles: Iterable[str] | Mapping[str, int]) -> Counter[str]:
     if isinstance(profiles, str):
         profiles = [profiles]
     if isinstance(profiles, Mapping):
-        counts = Counter()
+        counts: Counter[str] = Counter()
         for name, n in profiles.items():
             if not isinstance(n, int) or isinstance(n, bool) or n < 0:
                 raise MigLayoutError(f"count for {name} must be a non-negative integer, got {n!r}")
@@ -53,7 +53,7 @@ def _profile_counts(gpu: GpuModel, profiles: Iterable[str] | Mapping[str, int]) 
         counts = Counter(profiles)
     if gpu.mig is None:
         raise MigLayoutError(f"{gpu.name} does not support MIG; share it with time-slicing or MPS instead")
-    canonical: Counter = Counter()
+    canonical: Counter[str] = Counter()
     for name, n in counts.items():
         try:        # a driver branch's name counts as the catalog's (GB200 1g.24gb = 1g.23gb)
             canonical[gpu.profile(name).name] += n
@@ -63,8 +63,8 @@ def _profile_counts(gpu: GpuModel, profiles: Iterable[str] | Mapping[str, int]) 
     return canonical
 
 
-def _check_counts(gpu: GpuModel, counts: Counter) -> None:
-    mig = gpu.mig
+def _check_counts(gpu: GpuModel, counts: Counter[str]) -> None:
+    mig = gpu.geometry
     for name, n in counts.items():
         p = gpu.profile(name)
         if n > p.max_instances:
@@ -81,14 +81,14 @@ def _check_counts(gpu: GpuModel, counts: Counter) -> None:
         raise MigLayoutError(f"the profiles need {mem} memory slices; {gpu.name} has {mig.memory_slices}")
 
 
-def _check_compute(gpu: GpuModel, counts: Counter) -> None:
+def _check_compute(gpu: GpuModel, counts: Counter[str]) -> None:
     # Checked after placement: a failed placement explains more precisely.
     comp = sum(gpu.profile(n).compute_slices * c for n, c in counts.items())
-    if comp > gpu.mig.compute_slices:
-        raise MigLayoutError(f"the profiles need {comp} compute slices; {gpu.name} has {gpu.mig.compute_slices}")
+    if comp > gpu.geometry.compute_slices:
+        raise MigLayoutError(f"the profiles need {comp} compute slices; {gpu.name} has {gpu.geometry.compute_slices}")
 
 
-def _search(profs: Sequence[MigProfile], total: int):
+def _search(profs: Sequence[MigProfile], total: int) -> tuple[list[int] | None, list[int]]:
     """Backtracking over allowed starts; returns (starts or None, deepest partial starts)."""
     best: list[int] = []
     failed: set[tuple[int, int]] = set()
@@ -123,7 +123,7 @@ def _search(profs: Sequence[MigProfile], total: int):
     return (list(starts) if ok else None), best
 
 
-def _order(gpu: GpuModel, counts: Counter) -> list[MigProfile]:
+def _order(gpu: GpuModel, counts: Counter[str]) -> list[MigProfile]:
     # Biggest and least flexible first; ties by catalog order so messages are stable.
     order = {p.name: i for i, p in enumerate(gpu.profiles)}
     names = sorted(counts, key=lambda n: (-gpu.profile(n).memory_slices, len(gpu.profile(n).starts), order[n]))
@@ -136,7 +136,7 @@ def _place_cached(gpu_name: str, key: tuple[tuple[str, int], ...]) -> tuple[Inst
     counts = Counter(dict(key))
     _check_counts(gpu, counts)
     profs = _order(gpu, counts)
-    found, best = _search(profs, gpu.mig.memory_slices)
+    found, best = _search(profs, gpu.geometry.memory_slices)
     if found is None:
         raise MigLayoutError(_explain(gpu, profs, best))
     _check_compute(gpu, counts)
@@ -144,9 +144,9 @@ def _place_cached(gpu_name: str, key: tuple[tuple[str, int], ...]) -> tuple[Inst
 
 
 def _explain(gpu: GpuModel, profs: Sequence[MigProfile], best: Sequence[int]) -> str:
-    seen: Counter = Counter()
+    seen: Counter[str] = Counter()
     parts = []
-    used = set()
+    used: set[int] = set()
     for p, s in zip(profs, best):
         seen[p.name] += 1
         tag = f"{p.name} #{seen[p.name]}" if sum(q is p for q in profs) > 1 else p.name
@@ -155,7 +155,7 @@ def _explain(gpu: GpuModel, profs: Sequence[MigProfile], best: Sequence[int]) ->
     nxt = profs[len(best)]
     seen[nxt.name] += 1
     tag = f"{nxt.name} #{seen[nxt.name]}" if sum(q is nxt for q in profs) > 1 else nxt.name
-    free = [i for i in range(gpu.mig.memory_slices) if i not in used]
+    free = [i for i in range(gpu.geometry.memory_slices) if i not in used]
     allowed = ", ".join(map(str, nxt.starts))
     msg = "; ".join(parts + [f"no allowed start left for {tag} (allowed {allowed}, size {nxt.memory_slices})"])
     msg += f"; free slots: {', '.join(map(str, free)) or 'none'}"
@@ -213,7 +213,7 @@ class GpuLayout:
     def free_slots(self) -> tuple[int, ...]:
         """Memory slices no instance occupies, ascending."""
         gpu = get_gpu(self.gpu)
-        return tuple(s for s in range(gpu.mig.memory_slices) if s not in self.used_slots)
+        return tuple(s for s in range(gpu.geometry.memory_slices) if s not in self.used_slots)
 
     @property
     def compute_slices(self) -> int:
@@ -233,7 +233,7 @@ class GpuLayout:
 def layout_picture(layout: GpuLayout, labels: Mapping[int, str] | None = None) -> str:
     """ASCII picture: a slot ruler and one box per instance (`.` marks a free slot)."""
     gpu = get_gpu(layout.gpu)
-    n = gpu.mig.memory_slices
+    n = gpu.geometry.memory_slices
     texts = {p.start: (labels or {}).get(p.start, p.profile) for p in layout.placements}
     sizes = {p.start: gpu.profile(p.profile).memory_slices for p in layout.placements}
     w = max([6] + [len(t) + 2 for s, t in texts.items() if sizes[s] == 1]

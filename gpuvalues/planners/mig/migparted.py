@@ -45,6 +45,9 @@ def all_balanced(gpu: str | GpuModel) -> dict[str, int]:
     if model.mig is None:
         raise MigLayoutError(f"{model.name} has no MIG, so no all-balanced layout")
     formula = BALANCED_FORMULA.get(model.mig.compute_slices)
+    if formula is None:
+        raise MigLayoutError(f"{model.name} has {model.mig.compute_slices} compute slices: mig-parted's "
+                             "all-balanced formula covers 7- and 4-slice GPUs only")
     out: dict[str, int] = {}
     for g, count in sorted(formula.items(), key=lambda kv: -kv[0]):
         cands = [p for p in model.profiles if p.is_base and p.compute_slices == g]
@@ -130,16 +133,16 @@ def _validate_entry(e: Any, field: str, source: str | None, model: GpuModel | No
 
 
 def build_mig_parted_config(node_configs: Mapping[str, Sequence[Mapping[str, int] | None]], *,
-                            device_filters: Mapping[str, Sequence[str]] | None = None) -> dict:
+                            device_filters: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
     """One named mig-config per node config; GPUs with the same mig-devices share an entry.
 
     `device_filters` optionally maps a config name to PCI IDs (`0x20B210DE`) so the config
     only touches that GPU model. The result is validated before it is returned.
     """
-    out: dict[str, list] = {}
+    out: dict[str, list[dict[str, Any]]] = {}
     for name, devices in node_configs.items():
         check_label_value(name, f"mig-configs.{name}")
-        groups: dict[tuple, list[int]] = {}
+        groups: dict[tuple[tuple[str, int], ...] | None, list[int]] = {}
         for idx, md in enumerate(devices):
             key = None if md is None else tuple(sorted((k, v) for k, v in md.items() if v))
             groups.setdefault(key, []).append(idx)

@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter, defaultdict, deque
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypedDict
 
 import highspy
 import numpy as np
@@ -46,13 +46,24 @@ import numpy as np
 from gpuvalues.catalog import get_gpu
 from gpuvalues.errors import PlanError
 from gpuvalues.planners import deviceplugin
-from gpuvalues.planners.mig import geometry as mig
 from gpuvalues.planners.mig import migparted
 from gpuvalues.planners.mig.milp import model as milp
-from gpuvalues.planners.mig.milp.certify import run_highs
+from gpuvalues.planners.mig.milp.certify import Certificate, run_highs
 from gpuvalues.planners.mig.milp.diagnose import diagnose_infeasible
-from gpuvalues.planners.mig.milp.highs import Rows
-from gpuvalues.planners.mig.milp.solve import solve_model, trim_solution
+from gpuvalues.planners.mig.milp.highs import Rows, Vector
+from gpuvalues.planners.mig.milp.model import Column, LayoutKey
+from gpuvalues.planners.mig.milp.solve import XCounts, ZCounts, solve_model, trim_solution
+
+# a node's per-GPU layouts as hashable data: GPU i's sorted (profile, count) pairs, None = MIG off
+Signature = tuple[LayoutKey | None, ...]
+# one stage's answer: (status, objective, solution or None, columns, current keys per pool, certificate)
+Stage = tuple[highspy.HighsModelStatus, float, "Vector | None", list[Column], list[list[LayoutKey]],
+              "Certificate | None"]
+
+
+class _Budgets(TypedDict):
+    max_node_changes: int | None
+    max_unavailable: int | None
 
 
 # the budgets in the CLI's words (errors name what the user typed, not the parameter)
@@ -72,7 +83,7 @@ class CurrentNode:
     pinned: bool = False   # whole-GPU / tensor-parallel replicas run there: kept as it is
 
     @property
-    def signature(self) -> tuple:
+    def signature(self) -> Signature:
         """The per-GPU layouts as hashable data (two nodes alike have the same signature)."""
         return tuple(None if g is None else tuple(sorted((p, c) for p, c in g.items() if c)) for g in self.gpus)
 
@@ -114,7 +125,7 @@ class Replan:
         """Nodes changed: the named ones and the unlisted ones that need a config."""
         return len(self.nodes_changed) + sum(sum(c.values()) for c in self.unlisted_changes.values())
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON/YAML output."""
         return {
             "gpus_used": self.gpus_used, "gpus_optimum": self.gpus_optimum,
@@ -138,30 +149,30 @@ class Replan:
 @dataclass
 class _Group:
     pool: int
-    signature: tuple
+    signature: Signature
     config: str | None
     nodes: list[CurrentNode]
-    keys: Counter          # per-GPU usable layout key -> GPUs per node
+    keys: Counter[LayoutKey]   # per-GPU usable layout key -> GPUs per node
     listed: bool = True
     pinned: bool = False   # never changed (its nodes carry whole-GPU / tensor-parallel replicas)
 
 
-def _usable_key(devices: Mapping[str, int] | None, mode: str, names: set[str], r: int | None) -> tuple | None:
+def _usable_key(devices: Mapping[str, int] | None, mode: str, names: set[str], r: int | None) -> LayoutKey | None:
     """A current GPU's layout as a planner layout key over the usable instance types."""
     if mode == "whole":
         return ((milp.WHOLE, 1),) if devices is None else None
     if mode in ("time-slicing", "mps"):
-        return ((milp.SHARED, r),) if devices is None else None
+        return ((milp.SHARED, r),) if devices is None and r is not None else None   # shared: r is set
     if devices is None:
         return None
     key = tuple(sorted((p, c) for p, c in devices.items() if c and p in names))
     return key or None
 
 
-def _groups(model, current: CurrentLayout) -> list[list[_Group]]:
+def _groups(model: milp.Model, current: CurrentLayout) -> list[list[_Group]]:
     pools = model.pools
     index = {p.name: k for k, p in enumerate(pools)}
-    by_pool: list[dict[tuple, _Group]] = [dict() for _ in pools]
+    by_pool: list[dict[tuple[Signature, str | None, bool], _Group]] = [dict() for _ in pools]
     for node in current.nodes:
         if node.pool not in index:
             raise PlanError(f"current layout: node {node.name!r} is in pool {node.pool!r}, which the spec does not "
@@ -195,16 +206,17 @@ def _groups(model, current: CurrentLayout) -> list[list[_Group]]:
     return out
 
 
-def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node_changes, max_unavailable,
-          integer: bool, time_limit: float, start: np.ndarray | None = None,
+def _milp(model: milp.Model, demands: Sequence[milp.ModelDemand], groups: list[list[_Group]], *, stage: int,
+          gpu_cap: float | None, max_node_changes: int | None, max_unavailable: int | None,
+          integer: bool, time_limit: float, start: Vector | None = None,
           fix_keep: Mapping[tuple[int, int], int] | None = None, feasibility: bool = False,
-          lp_bound: float | None = None):
+          lp_bound: float | None = None) -> Stage:
     """Build and solve one stage; returns (status, objective, solution, columns, current keys,
     certificate). The objective is the LP's value for an LP, else the certificate's (recomputed
     from the solution; `certify`, with `lp_bound` as a bound that holds). `start`: a warm
     start; `fix_keep`: pin keep[k,g]; `feasibility`: any solution."""
-    cols: list[tuple] = []
-    cur_keys: list[list[tuple]] = []
+    cols: list[Column] = []
+    cur_keys: list[list[LayoutKey]] = []
     for k, keys in enumerate(model.layouts):
         for li in range(len(keys)):
             cols.append(("x", k, li))
@@ -230,7 +242,9 @@ def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node
     rows = Rows()
     add_row = rows.add
 
-    gpu_entries, change_terms, change_const = [], [], 0.0
+    gpu_entries: list[tuple[int, float]] = []
+    change_terms: list[tuple[int, float]] = []
+    change_const = 0.0
     for k, keys in enumerate(model.layouts):
         pool = model.pools[k]
         xs = [col[("x", k, li)] for li in range(len(keys))]
@@ -242,15 +256,12 @@ def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node
                 float(pool.gpus_per_node * pool.nodes))
         for ci, key in enumerate(cur_keys[k]):   # kept GPUs used <= kept GPUs with that layout
             add_row([(col[("y", k, ci)], 1.0)] + [(j, -float(g.keys.get(key, 0))) for j, g in kp], -inf, 0.0)
-        for it in model.itypes[k]:
-            z = [(col[("z", k, it.name, m)], 1.0) for m in range(len(demands)) if ("z", k, it.name, m) in col]
+        for itype in model.itypes[k]:   # used <= built by new (x) and kept (y) layouts
+            z = milp.serving(col, k, itype.name, len(demands))
             if not z:
                 continue
-            built = [(col[("x", k, li)], -float(dict(key).get(it.name, 0))) for li, key in enumerate(keys)
-                     if dict(key).get(it.name, 0)]
-            built += [(col[("y", k, ci)], -float(dict(key).get(it.name, 0))) for ci, key in enumerate(cur_keys[k])
-                      if dict(key).get(it.name, 0)]
-            add_row(z + built, -inf, 0.0)
+            add_row(z + milp.built_by(col, "x", k, keys, itype.name)
+                    + milp.built_by(col, "y", k, cur_keys[k], itype.name), -inf, 0.0)
         # changes(k) = N(k) - sum keep
         if max_unavailable is not None:
             add_row([(j, 1.0) for j, _ in kp], float(pool.nodes - max_unavailable), inf)
@@ -266,6 +277,7 @@ def _milp(model, demands, groups, *, stage: int, gpu_cap: float | None, max_node
             cost[j] = 1.0
         offset = 0.0
     else:
+        assert gpu_cap is not None, "stage 2 runs under a GPU cap"
         add_row(gpu_entries, -inf, float(gpu_cap))
         for j, v in change_terms:
             cost[j] = v
@@ -304,14 +316,16 @@ def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.PlanPool], 
         if milp.demand_need(d) > 0 and not any(mm == m for (_, _, mm) in model.weights):
             raise diagnose_infeasible(model, demands, [1.0] * len(pools))
     groups = _groups(model, current)
-    budgets = dict(max_node_changes=max_node_changes, max_unavailable=max_unavailable_per_pool)
+    budgets: _Budgets = {"max_node_changes": max_node_changes, "max_unavailable": max_unavailable_per_pool}
     st_lp, lp1, _, cols1, keys1, _ = _milp(model, demands, groups, stage=1, gpu_cap=None, integer=False,
                                        time_limit=time_limit, **budgets)
     if st_lp != highspy.HighsModelStatus.kOptimal:
         if max_node_changes is None and max_unavailable_per_pool is None:
             raise diagnose_infeasible(model, demands, [1.0] * len(pools))
         raise _budget_error(model, demands, groups, max_node_changes, max_unavailable_per_pool)
-    left = lambda: time_limit - (time.perf_counter() - t0)  # noqa: E731
+
+    def left() -> float:
+        return time_limit - (time.perf_counter() - t0)
     st1 = sol1 = None
     if max_node_changes is None and max_unavailable_per_pool is None and not any(g.pinned for gs in groups for g in gs):
         # no budget: any node may change, so the fewest GPUs is `plan`'s optimum (LP rounding,
@@ -347,7 +361,9 @@ def replan(demands: Sequence[milp.ModelDemand], pools: Sequence[milp.PlanPool], 
                    time.perf_counter() - t0, left() <= 0, time_limit)
 
 
-def _stage2_start(model, demands, groups, lp_sol, cols, cap, budgets, left) -> np.ndarray | None:
+def _stage2_start(model: milp.Model, demands: Sequence[milp.ModelDemand], groups: list[list[_Group]],
+                  lp_sol: Vector, cols: list[Column], cap: int, budgets: _Budgets, left: Callable[[], float]
+                  ) -> Vector | None:
     """A warm start for the change-minimising stage: keep the LP's kept nodes rounded down and
     find any plan on the rest (one quick feasibility MIP); if that fails, change one more
     node of each partly kept group. Most re-plans then only need HiGHS to confirm the bound."""
@@ -363,7 +379,8 @@ def _stage2_start(model, demands, groups, lp_sol, cols, cap, budgets, left) -> n
     return None
 
 
-def _budget_error(model, demands, groups, max_node_changes, max_unavailable) -> PlanError:
+def _budget_error(model: milp.Model, demands: Sequence[milp.ModelDemand], groups: list[list[_Group]],
+                  max_node_changes: int | None, max_unavailable: int | None) -> PlanError:
     """Which budget makes the re-plan impossible (the fleet itself can serve the mix)."""
     free, _, _, _, _, _ = _milp(model, demands, groups, stage=1, gpu_cap=None, integer=False, time_limit=30.0,
                                 max_node_changes=None, max_unavailable=None)
@@ -386,23 +403,32 @@ def _budget_error(model, demands, groups, max_node_changes, max_unavailable) -> 
                      field=FLAGS["max_node_changes" if max_node_changes is not None else "max_unavailable_per_pool"])
 
 
-def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpus_cert, changes_bound, secs,
-            timed_out, time_limit) -> Replan:
-    val = {c: int(round(v)) for c, v in zip(cols, sol) if round(v) > 0}
-    x = {(c[1], c[2]): v for c, v in val.items() if c[0] == "x"}
-    z = {(c[1], c[2], c[3]): v for c, v in val.items() if c[0] == "z"}
+def _result(model: milp.Model, demands: Sequence[milp.ModelDemand], groups: list[list[_Group]], sol: Vector,
+            cols: list[Column], cur_keys: list[list[LayoutKey]], gpus_opt: int, lp1: float, lp2: float,
+            gpus_cert: tuple[float, bool], changes_bound: float, secs: float, timed_out: bool,
+            time_limit: float) -> Replan:
+    val: dict[Column, int] = {c: int(round(v)) for c, v in zip(cols, sol) if round(v) > 0}
+    x: XCounts = {(c[1], c[2]): v for c, v in val.items() if c[0] == "x"}
+    z: ZCounts = {(c[1], c[2], c[3]): v for c, v in val.items() if c[0] == "z"}
     z = trim_solution(z, model, demands)
-    pool_plans, node_cfg, prev, changed, drained, labels, node_configs = [], {}, {}, [], [], {}, {}
-    dp_configs: dict[str, dict] = {}
+    pool_plans: list[milp.PoolPlan] = []
+    node_cfg: dict[str, list[dict[str, int] | None]] = {}
+    prev: dict[str, str | None] = {}
+    changed: list[str] = []
+    drained: list[str] = []
+    labels: dict[str, dict[str, str]] = {}
+    node_configs: dict[str, str | None] = {}
+    dp_configs: dict[str, dict[str, Any]] = {}
     pods, estimated = 0, False
     by_pool: dict[str, int] = {}
-    unlisted: dict[str, Counter] = {}   # pool -> new config -> unlisted nodes that need it
+    unlisted: dict[str, Counter[str]] = {}   # pool -> new config -> unlisted nodes that need it
     used_names = {g.config for gs in groups for g in gs if g.config}
     for k, pool in enumerate(model.pools):
         gpu = get_gpu(pool.gpu)
         mode = model.modes[k]
         # which nodes of each group change: the ones with the fewest pods first
-        kept_nodes, changing = [], []
+        kept_nodes: list[tuple[CurrentNode, _Group]] = []
+        changing: list[tuple[CurrentNode, _Group]] = []
         for gi, g in enumerate(groups[k]):
             keep = val.get(("keep", k, gi), 0)
             order = sorted(g.nodes, key=lambda nd: (nd.pods if nd.pods is not None else math.inf, nd.name),
@@ -410,32 +436,14 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
             kept_nodes += [(nd, g) for nd in order[:keep]]
             changing += [(nd, g) for nd in order[keep:]]
         # GPUs: used kept ones (y) and new layouts (x), models assigned run by run
-        queues: dict[str, deque] = defaultdict(deque)
-        for (kk, it, m), v in sorted(z.items()):
-            if kk == k and v > 0:
-                queues[it].append([demands[m].name, v])
-        counted: Counter = Counter()
-        layouts = {}
         runs = [(key, val.get(("y", k, ci), 0)) for ci, key in enumerate(cur_keys[k])]
         runs += [(key, x.get((k, li), 0)) for li, key in enumerate(model.layouts[k])]
-        for key, cnt in runs:
-            if not cnt:
-                continue
-            if mode == "mig":
-                placements = tuple(mig.place(gpu, dict(key)))
-                layouts[key] = mig.GpuLayout(gpu.name, placements)
-                slots = [(pl.profile, pl.start) for pl in placements]
-            else:
-                (it, nn), = key
-                slots = [(it, i) for i in range(nn)]
-            for models, rep in milp.assign_runs(slots, queues, cnt):
-                counted[(key, tuple(milp.Instance(it, st, md) for (it, st), md in zip(slots, models)))] += rep
-        gpu_groups = tuple(milp.GpuGroup(pool.name, layouts.get(key), inst, n)
-                           for (key, inst), n in sorted(counted.items(), key=lambda kv: (-kv[1], str(kv[0]))))
+        counted, layouts = milp.assign_gpus(mode, gpu, runs, milp.run_queues(z, k, demands))
+        gpu_groups = milp.gpu_groups(pool.name, counted, layouts)
         # node configs: kept nodes keep theirs; changed nodes get the new layouts in node-sized chunks
         new_keys = sorted(((key, v) for (kk, li), v in x.items() if kk == k
                            for key in [model.layouts[k][li]]), key=lambda kv: str(kv[0]))
-        chunks: list[tuple] = []
+        chunks: list[tuple[LayoutKey | None, ...]] = []
         for devs, cnt in sorted(milp.chunk_nodes(new_keys, pool.gpus_per_node).items(), key=lambda kv: str(kv[0])):
             chunks += [devs] * cnt
         chunks += [(None,) * pool.gpus_per_node] * (len(changing) - len(chunks))
@@ -447,12 +455,13 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
             name = g.config or (pool.name if mode != "mig" else None)
             node_configs[nd.name] = name
             prev[nd.name] = nd.config
-            if g.listed and g.config:
-                node_cfg[name] = [dict(d) if d is not None else None for d in nd.gpus]
+            if g.listed and g.config:   # name is g.config
+                node_cfg[g.config] = [dict(d) if d is not None else None for d in nd.gpus]
         fresh = 0
         for (nd, g), devs in zip(sorted(changing, key=lambda t: t[0].name), chunks):
-            mig_devs = [dict(d) if d is not None else ({} if mode == "mig" else None) for d in devs]
-            sig = tuple(None if d is None else tuple(sorted((p, c) for p, c in d.items() if c)) for d in mig_devs)
+            mig_devs: list[dict[str, int] | None] = [dict(d) if d is not None else ({} if mode == "mig" else None)
+                                                    for d in devs]
+            sig: Signature = tuple(None if d is None else tuple(sorted((p, c) for p, c in d.items() if c)) for d in mig_devs)
             name = sig_names.get(sig)
             if name is None:
                 fresh += 1
@@ -480,8 +489,7 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
                 else:
                     pods += nd.pods
         # node groups for the plan
-        ncount = Counter((node_configs[nd.name],) for nd, _ in kept_nodes + changing
-                         if node_configs.get(nd.name) is not None)
+        ncount = Counter((c,) for nd, _ in kept_nodes + changing if (c := node_configs.get(nd.name)) is not None)
         for name, n in unlisted.get(pool.name, {}).items():
             ncount[(name,)] += n
         ngroups = tuple(milp.NodeConfigGroup(pool.name, name, cnt, tuple(
@@ -508,7 +516,7 @@ def _result(model, demands, groups, sol, cols, cur_keys, gpus_opt, lp1, lp2, gpu
     n_changes = len(changed) + sum(sum(c.values()) for c in unlisted.values())
     changes_proven = n_changes <= changes_bound + 1e-9
     optimal = gpus_proven and changes_proven
-    warnings = []
+    warnings: list[str] = []
     why = f"the solver stopped at the time limit ({time_limit:g} s)" if timed_out else \
         "the solver's claim did not check out against its solution, also solved again cold"
     if not gpus_proven:

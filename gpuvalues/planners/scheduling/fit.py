@@ -84,13 +84,23 @@ _MSG_GROUP = "node(s) didn't match pod affinity rules"
 _MSG_DRA = "cannot allocate all claims"
 
 
+# a node-affinity or label-selector expression: (key, operator, values)
+Expr = tuple[str, str, tuple[str, ...]]
+# a required nodeSelectorTerm: (matchExpressions, matchFields)
+NodeSelectorTerm = tuple[tuple[Expr, ...], tuple[Expr, ...]]
+# a label selector: (matchLabels as sorted pairs, matchExpressions)
+LabelSelector = tuple[tuple[tuple[str, str], ...], tuple[Expr, ...]]
+# a required pod anti-affinity term: (topologyKey, selector, namespaces; None = every namespace)
+AntiAffinityTerm = tuple[str, LabelSelector, "frozenset[str] | None"]
+
+
 @dataclass(frozen=True)
 class PodShape:
     """What the filters look at in a pod template."""
 
     requests: tuple[tuple[str, int], ...]
     node_selector: tuple[tuple[str, str], ...] = ()
-    node_affinity: tuple = ()  # required terms: ((("key", "op", (values...)), ...), fields), ...
+    node_affinity: tuple[tuple[NodeSelectorTerm, ...], ...] = ()  # () or (the required terms,)
     tolerations: tuple[tuple[str, str, str, str], ...] = ()  # (key, operator, value, effect)
     uses_dra: bool = False
     node_name: str | None = None  # spec.nodeName: the NodeName filter
@@ -108,14 +118,14 @@ class ManifestWorkload:
 
     kind: str
     namespace: str
-    name: str
+    name: str | None              # metadata.name (None: a manifest without one)
     shape: PodShape
     min_replicas: int
     max_replicas: int
     scaled_by: str | None = None
     priority: int = 0
     pod_labels: tuple[tuple[str, str], ...] = ()
-    anti_affinity: tuple = ()  # required terms: (topologyKey, (matchLabels, matchExpressions), namespaces|None)
+    anti_affinity: tuple[AntiAffinityTerm, ...] = ()  # required terms
     group_size: int = 1                      # pods per replica (a LeaderWorkerSet group)
     worker_shape: PodShape | None = None     # a group's workers (None: like the leader)
     group_domain: str | None = None          # LWS exclusive-topology: one label value per group
@@ -138,7 +148,7 @@ class WorkloadFit:
     nodes: tuple[tuple[str, int], ...]
     extra_replicas: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain data for `--output yaml|json`."""
         d = {"workload": self.workload, "replicas": self.replicas, "scheduled": self.scheduled,
              "pending": self.pending}
@@ -157,7 +167,7 @@ class NodeUse:
     pods: int
     gpu: tuple[tuple[str, int, int], ...]  # (resource, used, allocatable)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain data for `--output yaml|json`."""
         return {"node": self.node, "pods": self.pods,
                 "resources": {r: {"used": u, "allocatable": a} for r, u, a in self.gpu}}
@@ -182,7 +192,7 @@ class Scenario:
         """Pods that stay Pending, over all workloads."""
         return sum(w.pending for w in self.workloads)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain data for `--output yaml|json`."""
         return {"fits": self.fits, "pending": self.pending,
                 "workloads": [w.to_dict() for w in self.workloads],
@@ -206,7 +216,7 @@ class FitReport:
         """True when both the min and the max scenario fit."""
         return self.min.fits and self.max.fits
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain data for `--output yaml|json` (the keys `report_table` reads)."""
         return {"fits": self.fits, "minFits": self.min.fits, "maxFits": self.max.fits,
                 "placement": self.placement, "notModelled": list(self.not_modelled),
@@ -215,12 +225,12 @@ class FitReport:
 
 
 # -- reading manifests -----------------------------------------------------------------------
-def _where(obj: Mapping) -> str:
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+def _where(obj: Mapping[str, Any]) -> str:
+    meta: Mapping[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}
     return f"{obj.get('kind')}/{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
-def _container_requests(c: Mapping, where: str) -> dict[str, int]:
+def _container_requests(c: Mapping[str, Any], where: str) -> dict[str, int]:
     res = c.get("resources") or {}
     limits = res.get("limits") or {}
     requests = res.get("requests") or {}
@@ -248,7 +258,7 @@ def _container_requests(c: Mapping, where: str) -> dict[str, int]:
     return out
 
 
-def _pod_requests(spec: Mapping, where: str) -> dict[str, int]:
+def _pod_requests(spec: Mapping[str, Any], where: str) -> dict[str, int]:
     """Effective pod requests: max(sum of containers + sidecars, largest init container)."""
     total: dict[str, int] = {}
     for c in spec.get("containers") or ():
@@ -273,14 +283,15 @@ def _pod_requests(spec: Mapping, where: str) -> dict[str, int]:
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 
 
-def _terms(spec: Mapping, where: str) -> tuple:
+def _terms(spec: Mapping[str, Any], where: str) -> tuple[tuple[NodeSelectorTerm, ...], ...]:
     aff = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
            .get("requiredDuringSchedulingIgnoredDuringExecution"))
     if not aff:
         return ()
-    terms = []
+    terms: list[NodeSelectorTerm] = []
     for t in aff.get("nodeSelectorTerms") or ():
-        exprs, fields = [], []
+        exprs: list[Expr] = []
+        fields: list[Expr] = []
         for kind, out in (("matchExpressions", exprs), ("matchFields", fields)):
             for e in t.get(kind) or ():
                 op = e.get("operator")
@@ -299,7 +310,7 @@ def _terms(spec: Mapping, where: str) -> tuple:
     return (tuple(terms),)  # wrapped: () means "no required affinity"
 
 
-def pod_shape(spec: Mapping, where: str = "pod") -> PodShape:
+def pod_shape(spec: Mapping[str, Any], where: str = "pod") -> PodShape:
     """The filter-relevant part of a pod spec."""
     tolerations = tuple((t.get("key") or "", t.get("operator") or "Equal", str(t.get("value") or ""),
                          t.get("effect") or "") for t in spec.get("tolerations") or ())
@@ -311,10 +322,10 @@ def pod_shape(spec: Mapping, where: str = "pod") -> PodShape:
                     node_name=spec.get("nodeName") or None)
 
 
-def _selector(sel: Mapping | None, where: str) -> tuple | None:
+def _selector(sel: Mapping[str, Any] | None, where: str) -> LabelSelector | None:
     if sel is None:
         return None
-    exprs = []
+    exprs: list[Expr] = []
     for e in sel.get("matchExpressions") or ():
         op = e.get("operator")
         if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
@@ -324,13 +335,14 @@ def _selector(sel: Mapping | None, where: str) -> tuple | None:
     return (tuple(sorted((str(k), str(v)) for k, v in (sel.get("matchLabels") or {}).items())), tuple(exprs))
 
 
-def _anti_affinity_terms(pod_spec: Mapping, where: str, warnings: list[str]) -> tuple:
-    terms = []
+def _anti_affinity_terms(pod_spec: Mapping[str, Any], where: str, warnings: list[str]) -> tuple[AntiAffinityTerm, ...]:
+    terms: list[AntiAffinityTerm] = []
     anti = ((pod_spec.get("affinity") or {}).get("podAntiAffinity") or {})
     for t in anti.get("requiredDuringSchedulingIgnoredDuringExecution") or ():
         selector = _selector(t.get("labelSelector"), where)
         if selector is None or not t.get("topologyKey"):
             continue  # a null selector matches no pod
+        namespaces: frozenset[str] | None
         if t.get("namespaceSelector") is not None:
             namespaces = None  # cannot evaluate namespace labels here: assume every namespace
             if t.get("namespaceSelector"):
@@ -343,7 +355,7 @@ def _anti_affinity_terms(pod_spec: Mapping, where: str, warnings: list[str]) -> 
     return tuple(terms)
 
 
-def workloads_from_manifests(objects: Sequence[Mapping]) -> tuple[list[ManifestWorkload], list[str], list[str]]:
+def workloads_from_manifests(objects: Sequence[Mapping[str, Any]]) -> tuple[list[ManifestWorkload], list[str], list[str]]:
     """Workloads with their replica range, plus skipped objects and warnings.
 
     A malformed object (a list where a map belongs, a non-number replica count) is a
@@ -371,14 +383,15 @@ _WRONG_TYPE = ("malformed {what}: a field holds the wrong type (a list where a m
                "where a number belongs, or the like); render it with helm or kubectl first")
 
 
-def _workloads_from_manifests(objects: Sequence[Mapping]) -> tuple[list[ManifestWorkload], list[str], list[str]]:
+def _workloads_from_manifests(objects: Sequence[Mapping[str, Any]]) -> tuple[list[ManifestWorkload], list[str], list[str]]:
     priorities = {o["metadata"]["name"]: int(o.get("value", 0)) for o in objects
                   if isinstance(o, Mapping) and o.get("kind") == "PriorityClass" and o.get("metadata")}
-    scalers: dict[tuple[str, str, str], list[tuple[str, int, int]]] = {}
+    scalers: dict[tuple[str, str, str | None], list[tuple[str, int, int]]] = {}
     for o in objects:
         if not isinstance(o, Mapping):
             continue
-        kind, spec, meta = o.get("kind"), o.get("spec") or {}, o.get("metadata") or {}
+        meta: Mapping[str, Any] = o.get("metadata") or {}
+        kind, spec = o.get("kind"), o.get("spec") or {}
         ns = meta.get("namespace") or "default"
         if kind == "HorizontalPodAutoscaler":
             ref = spec.get("scaleTargetRef") or {}
@@ -390,15 +403,17 @@ def _workloads_from_manifests(objects: Sequence[Mapping]) -> tuple[list[Manifest
             scalers.setdefault((ref.get("kind", "Deployment"), ns, ref.get("name", "")), []).append(
                 (f"ScaledObject/{meta.get('name')}", int(spec.get("minReplicaCount", 0)),
                  int(spec.get("maxReplicaCount", 100))))
-    workloads, skipped, warnings = [], [], []
-    templates = {((o.get("metadata") or {}).get("namespace") or "default", (o.get("metadata") or {}).get("name")): o
+    workloads: list[ManifestWorkload] = []
+    skipped: list[str] = []
+    warnings: list[str] = []
+    templates: dict[tuple[str, str | None], Mapping[str, Any]] = {((o.get("metadata") or {}).get("namespace") or "default", (o.get("metadata") or {}).get("name")): o
                  for o in objects if isinstance(o, Mapping) and o.get("kind") == "ResourceClaimTemplate"}
     for o in objects:
         if not isinstance(o, Mapping) or o.get("kind") not in WORKLOAD_KINDS:
             if isinstance(o, Mapping) and o.get("kind") == "DaemonSet":
                 skipped.append(f"{_where(o)}: DaemonSets are not simulated")
             continue
-        meta = o.get("metadata") or {}
+        meta = o.get("metadata") or {}   # (typed above)
         where = _where(o)
         if "helm.sh/hook" in (meta.get("annotations") or {}):
             skipped.append(f"{where}: helm hook, not part of the release's steady state")
@@ -464,7 +479,8 @@ def _workloads_from_manifests(objects: Sequence[Mapping]) -> tuple[list[Manifest
     return workloads, skipped, warnings
 
 
-def _dra_gpus(pod_spec: Mapping, ns: str, templates: Mapping) -> int | None:
+def _dra_gpus(pod_spec: Mapping[str, Any], ns: str,
+              templates: Mapping[tuple[str, str | None], Mapping[str, Any]]) -> int | None:
     """Whole GPUs a pod claims through DRA: the ExactCount requests of DeviceClass
     gpu.nvidia.com in the ResourceClaimTemplates its resourceClaims name; None when some
     claim is anything else (another class, a selector-free count fit cannot read, a
@@ -493,7 +509,7 @@ def dra_gpus(node: Node) -> int:
 
 
 # -- filters -----------------------------------------------------------------------------------
-def _tolerates(tolerations, key: str, value: str, effect: str) -> bool:
+def _tolerates(tolerations: Iterable[tuple[str, str, str, str]], key: str, value: str, effect: str) -> bool:
     """v1.Toleration.ToleratesTaint for each toleration (k8s.io/api core/v1 toleration.go)."""
     for t_key, t_op, t_value, t_effect in tolerations:
         if t_effect and t_effect != effect:
@@ -505,7 +521,7 @@ def _tolerates(tolerations, key: str, value: str, effect: str) -> bool:
     return False
 
 
-def _expr_matches(labels: Mapping[str, str], key: str, op: str, values: tuple) -> bool:
+def _expr_matches(labels: Mapping[str, str], key: str, op: str, values: tuple[str, ...]) -> bool:
     present = key in labels
     if op == "In":
         return present and labels[key] in values
@@ -554,7 +570,7 @@ def static_reason(shape: PodShape, node: Node) -> str | None:
     return None
 
 
-def _resource_reasons(requests, free: Mapping[str, int], pods_free: int | None) -> list[str]:
+def _resource_reasons(requests: Iterable[tuple[str, int]], free: Mapping[str, int], pods_free: int | None) -> list[str]:
     reasons = []
     if pods_free is not None and pods_free < 1:
         reasons.append(_MSG_TOO_MANY_PODS)
@@ -582,7 +598,7 @@ _MSG_ANTI = "node(s) didn't match pod anti-affinity rules"
 _MSG_EXISTING_ANTI = "node(s) didn't satisfy existing pods anti-affinity rules"
 
 
-def _selector_matches(selector: tuple, labels: Mapping[str, str]) -> bool:
+def _selector_matches(selector: LabelSelector, labels: Mapping[str, str]) -> bool:
     """metav1.LabelSelector semantics: matchLabels AND matchExpressions; {} matches all."""
     match_labels, exprs = selector
     if any(labels.get(k) != v for k, v in match_labels):
@@ -590,7 +606,7 @@ def _selector_matches(selector: tuple, labels: Mapping[str, str]) -> bool:
     return all(_expr_matches(labels, k, op, values) for k, op, values in exprs)
 
 
-def _term_matches(term: tuple, pod_labels: Mapping[str, str], pod_ns: str, owner_ns: str) -> bool:
+def _term_matches(term: AntiAffinityTerm, pod_labels: Mapping[str, str], pod_ns: str, owner_ns: str) -> bool:
     _key, selector, namespaces = term
     if namespaces is not None and pod_ns not in (namespaces or {owner_ns}):
         return False  # None: every namespace; empty: the term owner's namespace
@@ -610,7 +626,7 @@ class _Cluster:
         self.feasible: dict[PodShape, list[int]] = {}
         self.cursor = [0] * len(workloads)
         # Required pod anti-affinity: (topologyKey, workloads it excludes, which side's term).
-        self.conflicts: list[list[tuple[str, frozenset, str]]] = [[] for _ in workloads]
+        self.conflicts: list[list[tuple[str, frozenset[int], str]]] = [[] for _ in workloads]
         for w, wl in enumerate(workloads):
             for term in wl.anti_affinity:
                 hit = frozenset(o for o, other in enumerate(workloads)
@@ -689,8 +705,9 @@ class _Cluster:
         for r, q in shape.requests:
             if r in free:
                 free[r] -= q
-        if self.pods_free[i] is not None:
-            self.pods_free[i] -= 1
+        pods_free = self.pods_free[i]
+        if pods_free is not None:
+            self.pods_free[i] = pods_free - 1
         self.pod_count[i] += 1
         for key in self.keys:
             dom = self.domains[key][i]
@@ -778,14 +795,14 @@ class _Cluster:
             return n
         total = 0
         for i in self._static(shape):  # identical pods fill each node independently
-            n = self._room(shape, i)
-            total += max(n, 0) if n is not None else 0
+            room = self._room(shape, i)
+            total += max(room, 0) if room is not None else 0
         return total
 
 
 def _simulate(name: str, workloads: Sequence[ManifestWorkload], inventory: Inventory, counts: Sequence[int]) -> Scenario:
     cluster = _Cluster(inventory, workloads)
-    placed = [dict() for _ in workloads]
+    placed: list[dict[str, int]] = [{} for _ in workloads]
     scheduled = [0] * len(workloads)
     groups: dict[int, list[int]] = {}
     for w in range(len(workloads)):
@@ -814,18 +831,19 @@ def _simulate(name: str, workloads: Sequence[ManifestWorkload], inventory: Inven
         fits.append(WorkloadFit(workload=wl.ref, replicas=counts[w], scheduled=scheduled[w], pending=pending,
                                 reason=cluster.diagnose(w) if pending else None,
                                 nodes=tuple(sorted(placed[w].items())), extra_replicas=cluster.extra(w)))
-    uses, headroom = [], {}
-    for i, node in enumerate(cluster.nodes):
-        gpu = tuple((r, a - cluster.free[i][r], a) for r, a in sorted(node.allocatable.items())
+    uses: list[NodeUse] = []
+    headroom: dict[str, int] = {}
+    for i, nd in enumerate(cluster.nodes):
+        gpu = tuple((r, a - cluster.free[i][r], a) for r, a in sorted(nd.allocatable.items())
                     if r.startswith("nvidia.com/"))
-        uses.append(NodeUse(node=node.name, pods=cluster.pod_count[i], gpu=gpu))
-        if not node.unschedulable:
+        uses.append(NodeUse(node=nd.name, pods=cluster.pod_count[i], gpu=gpu))
+        if not nd.unschedulable:
             for r, used, a in gpu:
                 headroom[r] = headroom.get(r, 0) + a - used
     return Scenario(name=name, workloads=tuple(fits), nodes=tuple(uses), headroom=tuple(sorted(headroom.items())))
 
 
-def fit(manifests: Sequence[Mapping], inventory: Inventory) -> FitReport:
+def fit(manifests: Sequence[Mapping[str, Any]], inventory: Inventory) -> FitReport:
     """Simulate min and max replicas of every GPU workload in `manifests` on `inventory`."""
     workloads, skipped, warnings = workloads_from_manifests(manifests)
     claims = [w for w in workloads if dict(w.shape.requests).get(DRA_GPU_CLASS)]
@@ -845,7 +863,7 @@ def fit(manifests: Sequence[Mapping], inventory: Inventory) -> FitReport:
     return FitReport(min=lo, max=hi, skipped=tuple(skipped), warnings=tuple(warnings))
 
 
-def load_manifests(text: str, source: str) -> list[dict]:
+def load_manifests(text: str, source: str) -> list[dict[str, Any]]:
     """Objects from a rendered YAML (or JSON) stream; `List` objects are flattened."""
     from gpuvalues.yamlio.loader import parse_yaml
 

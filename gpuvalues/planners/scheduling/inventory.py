@@ -34,7 +34,8 @@ from gpuvalues.csvtext import Cell, CsvSyntaxError, end_column, split_line
 from gpuvalues.errors import GpuValuesError, InventoryError
 from gpuvalues.kube import label_problem, node_name_problem, parse_quantity
 from gpuvalues.planners.scheduling.topology import DEFAULT_TOPOLOGY_KEY, Topology, nvlink_size, parse_topo_matrix
-from gpuvalues.schemas import INVENTORY_SCHEMA, is_valid, load_schema, validator_for
+from gpuvalues.bundle import INVENTORY_SCHEMA
+from gpuvalues.schemas import is_valid, load_schema, validator_for
 from gpuvalues.yamlio.loader import format_path
 
 API_VERSION = "gpuvalues/v1"
@@ -107,7 +108,7 @@ _MAPS = (dict, Mapping)
 _MIG_COUNT = re.compile(r"nvidia\.com/mig-(.+)\.count")
 
 
-def _frozen_map(m: Mapping | None) -> Mapping:
+def _frozen_map(m: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(m or {}))
 
 
@@ -119,7 +120,7 @@ class Taint:
     effect: str
     value: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain data in the inventory file format."""
         d = {"key": self.key, "effect": self.effect}
         if self.value:
@@ -149,9 +150,9 @@ class GpuInfo:
     def __post_init__(self) -> None:
         object.__setattr__(self, "mig_profiles", _frozen_map(self.mig_profiles))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain data in the inventory file format (schemas/inventory.schema.json)."""
-        d: dict = {"count": self.count}
+        d: dict[str, Any] = {"count": self.count}
         if self.product is not None:
             d["product"] = self.product
         if self.memory_mib is not None:
@@ -166,7 +167,7 @@ class GpuInfo:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "GpuInfo":
+    def from_dict(cls, d: Mapping[str, Any]) -> "GpuInfo":
         """The inverse of `to_dict`."""
         return cls(product=d.get("product"), count=int(d.get("count", 0)), memory_mib=d.get("memoryMiB"),
                    mig_capable=d.get("migCapable"), mig_strategy=d.get("migStrategy", "none"),
@@ -209,9 +210,9 @@ class Node:
             return self.topology.largest_nvlink_clique()
         return nvlink_size(self.labels.get(DEFAULT_TOPOLOGY_KEY, "")) or 0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain data in the inventory file format (schemas/inventory.schema.json)."""
-        d: dict = {"name": self.name}
+        d: dict[str, Any] = {"name": self.name}
         if self.labels:
             d["labels"] = dict(sorted(self.labels.items()))
         if self.taints:
@@ -225,12 +226,12 @@ class Node:
             d["topology"] = self.topology.to_dict()
         return d
 
-    def to_k8s_node(self) -> dict:
+    def to_k8s_node(self) -> dict[str, Any]:
         """A Kubernetes `v1/Node` object with these labels, taints and resources.
 
         For fake nodes (kwok) in tests; status carries capacity and allocatable.
         """
-        node: dict = {
+        node: dict[str, Any] = {
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": self.name, "labels": dict(self.labels)},
             "spec": {},
@@ -271,12 +272,12 @@ class Inventory:
         """Sum of allocatable `resource` over all schedulable nodes."""
         return sum(n.allocatable.get(resource, 0) for n in self.nodes if not n.unschedulable)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The documented dict form (schemas/inventory.schema.json)."""
         return {"apiVersion": API_VERSION, "kind": KIND, "nodes": [n.to_dict() for n in self.nodes]}
 
     @classmethod
-    def from_dict(cls, data: Mapping, source: str | None = None) -> "Inventory":
+    def from_dict(cls, data: Mapping[str, Any], source: str | None = None) -> "Inventory":
         """Validate against schemas/inventory.schema.json and build the Inventory."""
         if isinstance(data, _MAPS) and isinstance(data.get("nodes"), list) and len(data["nodes"]) > MAX_NODES:
             raise InventoryError(too_many_nodes(len(data["nodes"])), source=source, field=f"nodes[{MAX_NODES}]",
@@ -348,7 +349,7 @@ def gpu_info_from_labels(labels: Mapping[str, str], allocatable: Mapping[str, in
     for key, _value in labels.items():
         m = _MIG_COUNT.fullmatch(key) if key.startswith("nvidia.com/mig-") else None
         if m:
-            profiles[m.group(1)] = _int_label(labels, key)
+            profiles[m.group(1)] = _int_label(labels, key) or 0   # the key is there: a count
     for res, amount in allocatable.items():
         if res.startswith(MIG_PREFIX):  # no count label: devices = resource / sharing replicas
             profile = res[len(MIG_PREFIX):].removesuffix(".shared")
@@ -376,8 +377,8 @@ def gpu_info_from_labels(labels: Mapping[str, str], allocatable: Mapping[str, in
 
 
 # -- kubectl -----------------------------------------------------------------------------
-def _node_from_k8s(obj: Mapping, source: str | None, where: str) -> Node:
-    def mapping(value: Any, field: str) -> Mapping:
+def _node_from_k8s(obj: Mapping[str, Any], source: str | None, where: str) -> Node:
+    def mapping(value: Any, field: str) -> Mapping[str, Any]:
         if value is None:
             return {}
         if not isinstance(value, _MAPS):
@@ -433,7 +434,7 @@ def _node_from_k8s(obj: Mapping, source: str | None, where: str) -> Node:
                 unschedulable=bool(spec.get("unschedulable")))
 
 
-def _amounts(resources: Mapping, source: str | None, field: str) -> dict[str, int]:
+def _amounts(resources: Mapping[str, Any], source: str | None, field: str) -> dict[str, int]:
     out = {}
     for k, v in resources.items():
         try:
@@ -450,7 +451,7 @@ def _check_node_name(name: str, source: str | None, field: str) -> None:
         raise InventoryError(problem, source=source, field=field, code="GV037")
 
 
-def _check_labels(labels: Mapping, source: str | None, field: str) -> None:
+def _check_labels(labels: Mapping[str, Any], source: str | None, field: str) -> None:
     for key, value in labels.items():
         problem = label_problem(key, value)
         if problem:

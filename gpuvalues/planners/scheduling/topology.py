@@ -48,7 +48,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Sequence, TypeVar, cast
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar, cast
 
 from gpuvalues.errors import GpuValuesError, TopologyParseError
 from gpuvalues.kube import is_label_key, is_label_value
@@ -214,7 +214,7 @@ class Topology:
 
     # -- links ------------------------------------------------------------------
     def _pos(self, gpu: int) -> int:
-        index = self.__dict__.get("_index")
+        index: dict[int, int] | None = self.__dict__.get("_index")
         if index is None:      # built once: gpus.index made every link lookup O(GPUs)
             index = {g: i for i, g in enumerate(self.gpus)}
             object.__setattr__(self, "_index", index)
@@ -442,9 +442,9 @@ class Topology:
         return out
 
     # -- serialisation ----------------------------------------------------------
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain dict (the `topology` object of schemas/inventory.schema.json)."""
-        d: dict = {"gpus": list(self.gpus), "links": [list(r) for r in self.links]}
+        d: dict[str, Any] = {"gpus": list(self.gpus), "links": [list(r) for r in self.links]}
         if self.cpu_affinity:
             d["cpuAffinity"] = list(self.cpu_affinity)
         if self.numa_affinity:
@@ -459,7 +459,7 @@ class Topology:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Topology":
+    def from_dict(cls, d: dict[str, Any]) -> "Topology":
         """Inverse of `to_dict`."""
         return cls(
             gpus=tuple(int(g) for g in d["gpus"]),
@@ -525,7 +525,7 @@ def _twin_classes(score: list[list[int]], m: int, alone: set[int]) -> list[int]:
     symmetric = all(score[i][j] == score[j][i] for i in range(m) for j in range(i))
     cls = [-1] * m
     reps: list[int] = []
-    keys: dict[tuple, int] = {}
+    keys: dict[tuple[int, tuple[int, ...]], int] = {}
     for i in range(m):
         if i not in alone:
             if symmetric:
@@ -560,11 +560,13 @@ def _greedy_set(score: list[list[int]], m: int, req: list[int], size: int) -> tu
     then repeatedly the GPU adding the most score (lowest index on ties)."""
     chosen = list(req)
     if not chosen:        # the best pair, lowest (a, b) on ties: row maxima at C speed
-        best, a = None, 0
+        best: int | None = None
+        a = 0
         for i in range(m - 1):
             v = max(score[i][i + 1:])
             if best is None or v > best:
                 best, a = v, i
+        assert best is not None, "a set of size >= 2 has a pair"
         chosen = [a, score[a].index(best, a + 1)]
     # each GPU's score to the chosen ones, kept up to date as they grow (O(m) per step)
     sums = [0] * m
@@ -581,7 +583,8 @@ def _greedy_set(score: list[list[int]], m: int, req: list[int], size: int) -> tu
     return tuple(chosen[:size])
 
 
-def allocate_best_effort(pair_score, available: Sequence[int], required: Sequence[int], size: int) -> tuple[int, ...]:
+def allocate_best_effort(pair_score: Callable[[int, int], int], available: Sequence[int], required: Sequence[int],
+                         size: int) -> tuple[int, ...]:
     """Port of go-gpuallocator's `bestEffortPolicy.Allocate` over a pair-score function.
 
     Same result as its exhaustive enumeration (first highest-scoring partition in its
@@ -619,6 +622,10 @@ def _score_bound(score: list[list[int]], size: int) -> int:
     return sum(heapq.nlargest(k, pairs) if k <= m else sorted(pairs, reverse=True)[:k])
 
 
+# one set a partition step may take: (member slots, mask of its real GPUs, uses the padding, score)
+_Choice = tuple[tuple[int, ...], int, bool, int]
+
+
 def _allocate(score: list[list[int]], available: Sequence[int], required: Sequence[int],
               size: int) -> tuple[tuple[int, ...], bool, int]:
     """allocate_best_effort over a score matrix (rows and columns in `available`'s order):
@@ -644,7 +651,7 @@ def _allocate(score: list[list[int]], available: Sequence[int], required: Sequen
         return sum(score[a][b] for a, b in itertools.combinations(real, 2))
 
     @lru_cache(maxsize=None)
-    def choices(mask: int, pad_left: bool) -> tuple:
+    def choices(mask: int, pad_left: bool) -> tuple[_Choice, ...]:
         """Sets containing the lowest remaining device, in upstream iteration order."""
         items = [i for i in range(m) if mask >> i & 1]
         rest = items[1:]
@@ -687,9 +694,9 @@ def _allocate(score: list[list[int]], available: Sequence[int], required: Sequen
                     total += k[a] * k[b] * between[a][b]
         return total
 
-    def sub_multisets(avail_k: tuple[int, ...], need: int, first: int):
+    def sub_multisets(avail_k: tuple[int, ...], need: int, first: int) -> Iterator[tuple[int, ...]]:
         """Class counts of `need` GPUs from `avail_k`, with at least one of class `first`."""
-        def rec(c: int, left: int, acc: list[int]):
+        def rec(c: int, left: int, acc: list[int]) -> Iterator[tuple[int, ...]]:
             if c == n_cls:
                 if left == 0:
                     yield tuple(acc)
@@ -730,7 +737,7 @@ def _allocate(score: list[list[int]], available: Sequence[int], required: Sequen
             raise TopologyTooIrregular(m, n_cls)
         return best_k(counts_of(mask), pad_left, satisfied)
 
-    n_cls = None
+    n_cls = 0                   # set below; unused when too_many (best() raises first)
     if m > MAX_EXACT_GPUS:
         too_many = True         # the class search itself is O(GPUs^2): skip it
     else:
@@ -753,7 +760,10 @@ def _allocate(score: list[list[int]], available: Sequence[int], required: Sequen
         return tuple(sorted(avail[i] for i in picked)), False, _score_bound(score, size)
 
 
-def _allocate_exact(m, size, padding, pad, req_mask, avail, set_score, choices, best) -> tuple[int, ...]:
+def _allocate_exact(m: int, size: int, padding: int, pad: int, req_mask: int, avail: list[int],
+                    set_score: Callable[[tuple[int, ...]], int],
+                    choices: Callable[[int, bool], tuple[_Choice, ...]],
+                    best: Callable[[int, bool, bool], int | None]) -> tuple[int, ...]:
     full = (1 << m) - 1
     target = best(full, padding > 0, False)
     if target is None:
@@ -774,7 +784,8 @@ def _allocate_exact(m, size, padding, pad, req_mask, avail, set_score, choices, 
                 need -= own
                 mask, pad_left, satisfied = mask & ~real_mask, pad_left and not used_pad, ok
                 break
-    chosen, chosen_score = None, None
+    chosen: tuple[int, ...] | None = None
+    chosen_score = 0
     for members in partition:
         if pad in members or not req_mask & sum(1 << k for k in members) == req_mask:
             continue

@@ -10,11 +10,15 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 
-from gpuvalues.planners.mig.milp.highs import run_once
+from gpuvalues.planners.mig.milp.highs import Vector, run_once
+
+# run_highs's answer: HiGHS's status and info, the solution (None: none) and its certificate
+HighsAnswer = tuple[highspy.HighsModelStatus, highspy.HighsInfo, "Vector | None", "Certificate | None"]
 
 
 def run_highs(lp: highspy.HighsLp, *, integer: bool, time_limit: float, rel_gap: float = 0.0,
-              abs_gap: float = 0.999, start=None, lp_bound: float | None = None):
+              abs_gap: float = 0.999, start: Vector | None = None, lp_bound: float | None = None
+              ) -> HighsAnswer:
     """Solve `lp` with HiGHS, quietly and deterministically (one thread, seed 0), within
     `time_limit`, warm-started from `start` for a MIP: (status, info, solution or None,
     certificate). Shared by the plan and the re-plan models.
@@ -75,7 +79,7 @@ class Certificate:
         return Certificate(self.objective, max(self.bound, other.bound), self.claimed, self.trusted)
 
 
-def certify(lp: highspy.HighsLp, sol, *, claimed: float | None = None, dual_bound: float | None = None,
+def certify(lp: highspy.HighsLp, sol: Vector | None, *, claimed: float | None = None, dual_bound: float | None = None,
             lp_bound: float | None = None) -> Certificate | None:
     """Check a MIP solution of `lp` and what the solver claims about it.
 

@@ -6,11 +6,11 @@ import math
 from typing import Sequence
 
 import highspy
-import numpy as np
 
 from gpuvalues.catalog import get_gpu
 from gpuvalues.errors import PlanError
-from gpuvalues.planners.mig.milp.model import Model, ModelDemand, demand_need, need_gib
+from gpuvalues.planners.mig.milp.highs import Vector
+from gpuvalues.planners.mig.milp.model import Column, Model, ModelDemand, demand_need, need_gib
 from gpuvalues.planners.mig.milp.solve import lp_relaxation_bound, solve_lp
 
 
@@ -31,7 +31,7 @@ def diagnose_infeasible(model: Model, demands: Sequence[ModelDemand], costs: lis
     return _capacity_diagnosis(model, demands)
 
 
-def _pool_usage(model: Model, sol: np.ndarray, cols: list) -> list[float]:
+def _pool_usage(model: Model, sol: Vector, cols: list[Column]) -> list[float]:
     use = [0.0] * len(model.pools)
     for v, c in zip(sol, cols):
         if c[0] == "x":
@@ -49,7 +49,7 @@ def _capacity_diagnosis(model: Model, demands: Sequence[ModelDemand]) -> PlanErr
     Each message states numbers that agree with its claim (never "need 28, hold 28")."""
     pools, n = model.pools, len(model.pools)
     status, _, sol, cols, _ = solve_lp(model, demands, [1.0] * n, integer=False)
-    if status != highspy.HighsModelStatus.kOptimal:
+    if status != highspy.HighsModelStatus.kOptimal or sol is None:
         need = lp_relaxation_bound(model, demands, [1.0] * n, capacity=False)
         have = sum(p.capacity for p in pools)
         if need is not None and math.ceil(need - 1e-6) > have:

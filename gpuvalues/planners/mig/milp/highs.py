@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Iterable, Sequence
 
 import highspy
 import numpy as np
+import numpy.typing as npt
 
-
+# a column vector of the LP (costs, bounds, a solution)
+Vector = npt.NDArray[np.float64]
+# what one HiGHS run answers: its model status, its info, and the primal solution (None: none)
+RunResult = tuple[highspy.HighsModelStatus, highspy.HighsInfo, "Vector | None"]
 
 _BANNER_SHOWN = False
 
 
 def run_once(lp: highspy.HighsLp, *, integer: bool, time_limit: float, rel_gap: float, abs_gap: float,
-                start):
+                start: Vector | Sequence[float] | None) -> RunResult:
     h = new_highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)
@@ -48,7 +53,7 @@ class Rows:
         self.index: list[int] = []
         self.value: list[float] = []
 
-    def add(self, entries, lo: float, hi: float) -> None:
+    def add(self, entries: Iterable[tuple[int, float]], lo: float, hi: float) -> None:
         """One row `lo <= sum(v * x[j] for j, v in entries) <= hi`."""
         for j, v in entries:
             self.index.append(j)
@@ -57,7 +62,8 @@ class Rows:
         self.lower.append(lo)
         self.upper.append(hi)
 
-    def lp(self, cost, lower, upper, *, integer: bool, offset: float = 0.0) -> highspy.HighsLp:
+    def lp(self, cost: Vector, lower: Vector, upper: Vector, *, integer: bool, offset: float = 0.0
+           ) -> highspy.HighsLp:
         """The LP (or MIP with `integer`) over these rows and columns."""
         n = len(cost)
         lp = highspy.HighsLp()
@@ -81,12 +87,12 @@ def new_highs() -> highspy.Highs:
     `--output json`, so that one is built with fd 1 pointed at /dev/null."""
     global _BANNER_SHOWN
     if _BANNER_SHOWN:
-        return highspy.Highs()
+        return highspy.Highs()  # type: ignore[no-untyped-call]  # highspy 1.x: Highs.__init__ is unannotated
     sys.stdout.flush()
     saved, devnull = os.dup(1), os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, 1)
-        h = highspy.Highs()
+        h = highspy.Highs()  # type: ignore[no-untyped-call]
     finally:
         os.dup2(saved, 1)
         os.close(saved)

@@ -59,12 +59,12 @@ selects `Plan.device_plugin_configs[<pool>]`). `PoolPlan.node_groups` (`NodeConf
 """
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 
-from gpuvalues.catalog import GIB_PER_GB, GpuModel, get_gpu
+from gpuvalues.catalog import GIB_PER_GB, GpuModel, MigProfile, get_gpu
 from gpuvalues.errors import CatalogError, PlanError
 from gpuvalues.planners import deviceplugin
 from gpuvalues.planners.mig import geometry as mig
@@ -190,7 +190,7 @@ class Plan:
     node_labels: Mapping[str, Mapping[str, str]]
     device_plugin_configs: Mapping[str, Mapping[str, Any]]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON/YAML output."""
         return {
             "objective": self.objective,
@@ -324,7 +324,7 @@ def need_gib(d: ModelDemand) -> float | None:
     return None if d.memory_gb is None else d.memory_gb * GIB_PER_GB
 
 
-def _shared_replicas(pool: PlanPool, gpu: GpuModel, demands: Sequence[ModelDemand]) -> int:
+def _shared_replicas(pool: PlanPool, gpu: GpuModel, demands: Sequence[ModelDemand], mode: str) -> int:
     limit = deviceplugin.mps_max_clients(gpu) if pool.sharing == "mps" else None
     if pool.sharing_replicas is not None:
         r = pool.sharing_replicas
@@ -335,12 +335,12 @@ def _shared_replicas(pool: PlanPool, gpu: GpuModel, demands: Sequence[ModelDeman
             raise PlanError(f"pool {pool.name!r}: {r} MPS clients exceed the limit of {limit} on {gpu.name} "
                             f"(compute capability {gpu.compute_capability})", field=f"pools.{pool.name}.sharing_replicas")
         return r
-    needs = [need_gib(d) for d in demands if d.memory_gb is not None and need_gib(d) <= gpu.memory_gib / 2]
+    needs = [n for d in demands if (n := need_gib(d)) is not None and n <= gpu.memory_gib / 2]
     if not needs:
         raise PlanError(f"pool {pool.name!r}: set sharing_replicas, or give models a memory_gb of at most half "
                         f"of {gpu.name}'s {gpu.memory_gib:g} GiB usable so replicas per GPU follow from memory",
                         field=f"pools.{pool.name}.sharing_replicas")
-    return deviceplugin.replicas_per_gpu(gpu, max(needs), pool.sharing)
+    return deviceplugin.replicas_per_gpu(gpu, max(needs), mode)
 
 
 def _itypes(pool: PlanPool, demands: Sequence[ModelDemand], replicas: int | None) -> list[_IType]:
@@ -352,6 +352,7 @@ def _itypes(pool: PlanPool, demands: Sequence[ModelDemand], replicas: int | None
         return [_IType(p.name, p.memory_gib) for p in gpu.profiles if p.is_base or p.name in named]
     if mode == "whole":
         return [_IType(WHOLE, gpu.memory_gib)]
+    assert replicas is not None, "a shared pool's replicas are set (_shared_replicas)"
     return [_IType(SHARED, gpu.memory_gib / replicas)]
 
 
@@ -361,7 +362,8 @@ def _weight(d: ModelDemand, gpu: GpuModel, it: _IType) -> float | None:
         return None
     if d.allowed_profiles is not None and it.name not in d.allowed_profiles:
         return None
-    if d.memory_gb is not None and need_gib(d) > it.memory_gib + 1e-9:
+    need = need_gib(d)
+    if need is not None and need > it.memory_gib + 1e-9:
         return None
     if d.throughput is None:
         return 1.0
@@ -371,27 +373,56 @@ def _weight(d: ModelDemand, gpu: GpuModel, it: _IType) -> float | None:
 
 # --------------------------------------------------------------------------- MILP
 
+# an LP column's name: ("x", pool, layout index) | ("z", pool, itype, model index), and the
+# re-plan's ("y", pool, current key index) | ("keep", pool, group index)
+Column = tuple[Any, ...]
+# a GPU's layout as the model counts it: sorted (instance type, count) pairs
+LayoutKey = tuple[tuple[str, int], ...]
+
 @dataclass
 class Model:
     pools: list[PlanPool]
     modes: list[str]
     shared_r: list[int | None]
     itypes: list[list[_IType]]
-    layouts: list[list[tuple[tuple[str, int], ...]]]       # per pool: layout keys (itype -> count)
+    layouts: list[list[LayoutKey]]                        # per pool: layout keys (itype -> count)
     weights: dict[tuple[int, str, int], float]             # (pool, itype, model) -> weight
 
 
+def _full_profile(gpu: GpuModel) -> MigProfile:
+    """The whole-GPU MIG profile of a MIG GPU (a CatalogError for a catalog entry without one)."""
+    full = gpu.full_profile
+    if full is None:
+        raise CatalogError(f"{gpu.name} has no whole-GPU MIG profile")
+    return full
+
+
+def serving(col: Mapping[Column, int], k: int, itype: str, n_models: int) -> list[tuple[int, float]]:
+    """Row entries +1 for each z column of pool `k`'s instance type `itype` (instances used)."""
+    return [(col[("z", k, itype, m)], 1.0) for m in range(n_models) if ("z", k, itype, m) in col]
+
+
+def built_by(col: Mapping[Column, int], kind: str, k: int, keys: Sequence[LayoutKey], itype: str
+             ) -> list[tuple[int, float]]:
+    """Row entries -n(L, itype) for each layout column (`kind`, k, i) whose layout `keys[i]`
+    builds `itype` (instances built); with `serving`, the row "used <= built"."""
+    return [(col[(kind, k, i)], -float(n)) for i, key in enumerate(keys) if (n := dict(key).get(itype, 0))]
+
+
 def build_model(demands: Sequence[ModelDemand], pools: Sequence[PlanPool], layout_rule: str) -> Model:
-    modes, shared_r, itypes, layouts = [], [], [], []
+    modes: list[str] = []
+    shared_r: list[int | None] = []
+    itypes: list[list[_IType]] = []
+    layouts: list[list[tuple[tuple[str, int], ...]]] = []
     weights: dict[tuple[int, str, int], float] = {}
     for k, pool in enumerate(pools):
         gpu = get_gpu(pool.gpu)
         mode = pool_mode(pool)
-        r = _shared_replicas(pool, gpu, demands) if mode in ("time-slicing", "mps") else None
+        r = _shared_replicas(pool, gpu, demands, mode) if mode in ("time-slicing", "mps") else None
         its = _itypes(pool, demands, r)
         if mode == "mig" and layout_rule == "whole":
-            full = gpu.full_profile
-            its = [_IType(full.name, full.memory_gib)]
+            full_p = _full_profile(gpu)
+            its = [_IType(full_p.name, full_p.memory_gib)]
         for it in its:
             for m, d in enumerate(demands):
                 if d.pools is not None and pool.name not in d.pools:
@@ -400,11 +431,12 @@ def build_model(demands: Sequence[ModelDemand], pools: Sequence[PlanPool], layou
                 if w is not None:
                     weights[(k, it.name, m)] = w
         usable = [it.name for it in its if any((k, it.name, m) in weights for m in range(len(demands)))]
+        keys: list[tuple[tuple[str, int], ...]]
         if mode == "mig":
             if layout_rule == "optimal":
                 keys = [L.key for L in mig.enumerate_layouts(gpu, maximal=True, profiles=usable)] if usable else []
             elif layout_rule == "whole":
-                keys = [((gpu.full_profile.name, 1),)]
+                keys = [((_full_profile(gpu).name, 1),)]
             elif layout_rule == "balanced":
                 keys = [tuple(sorted(migparted.all_balanced(gpu).items()))]
             elif layout_rule == "all-1g":
@@ -415,12 +447,13 @@ def build_model(demands: Sequence[ModelDemand], pools: Sequence[PlanPool], layou
         elif mode == "whole":
             keys = [((WHOLE, 1),)]
         else:
+            assert r is not None, "a shared pool's replicas are set above"
             keys = [((SHARED, r),)]
         built = {p for key in keys for p, _ in key}
         if layout_rule != "optimal":  # baselines: only the instance types their layouts build
             if mode == "mig" and layout_rule in ("balanced", "all-1g"):
                 # models that fit no instance of the baseline layout get whole GPUs (full profile)
-                full = gpu.full_profile.name
+                full = _full_profile(gpu).name
                 stuck = [m for m in range(len(demands))
                          if not any((k, p, m) in weights for p in built)]
                 if stuck and full not in built:
@@ -439,7 +472,8 @@ def build_model(demands: Sequence[ModelDemand], pools: Sequence[PlanPool], layou
 
 
 def demand_need(d: ModelDemand) -> float:
-    return float(d.replicas if d.replicas is not None else d.throughput)
+    """What a demand asks for: replicas, else throughput (check_inputs: exactly one is set)."""
+    return float(d.replicas) if d.replicas is not None else float(d.throughput or 0.0)
 
 
 def pool_costs(pools: Sequence[PlanPool], objective: str, prices: Mapping[str, float] | None) -> list[float]:
@@ -460,12 +494,18 @@ def pool_costs(pools: Sequence[PlanPool], objective: str, prices: Mapping[str, f
 
 # --------------------------------------------------------------------------- output
 
-def assign_runs(slots: Sequence[tuple[str, int]], queues: dict[str, deque], count: int):
+# a run-length queue entry: [model name (None = spare), instances left], consumed in place
+Run = list[Any]
+_K = TypeVar("_K")
+
+
+def assign_runs(slots: Sequence[tuple[str, int]], queues: dict[str, deque[Run]], count: int
+                ) -> Iterator[tuple[tuple[str | None, ...], int]]:
     """Yield (instances-per-GPU models, repeat) for `count` identical GPUs whose instance types
     are `slots` [(itype, start)], consuming the run-length `queues` ({itype: deque([model, n])},
     None = spare). Identical GPUs are handled as counts: one step per change of assignment,
     not one per GPU (a 262,144-GPU fleet takes a few hundred steps)."""
-    per: Counter = Counter(it for it, _ in slots)
+    per: Counter[str] = Counter(it for it, _ in slots)
     while count > 0:
         # how many GPUs in a row can take the queues' head models unchanged
         repeat = count
@@ -473,7 +513,7 @@ def assign_runs(slots: Sequence[tuple[str, int]], queues: dict[str, deque], coun
             q = queues[it]
             if q:   # an empty queue leaves spares on every GPU: no limit
                 repeat = min(repeat, q[0][1] // n) if q[0][1] >= n else 1
-        models = []
+        models: list[str | None] = []
         for it, _ in slots:
             q = queues[it]
             if q:
@@ -487,6 +527,49 @@ def assign_runs(slots: Sequence[tuple[str, int]], queues: dict[str, deque], coun
         count -= repeat
 
 
+# GPUs per (layout key, instances with their models): what `assign_gpus` counts
+Counted = Counter[tuple[LayoutKey, tuple[Instance, ...]]]
+
+
+def run_queues(z: Mapping[tuple[int, str, int], int], k: int, demands: Sequence[ModelDemand]
+               ) -> dict[str, deque[Run]]:
+    """Pool `k`'s run-length queues ({itype: deque([model, instances])}) from a solution's
+    instance counts z[(pool, itype, model)], in order: `assign_runs`'s input."""
+    queues: dict[str, deque[Run]] = defaultdict(deque)
+    for (kk, it, m), v in sorted(z.items()):
+        if kk == k and v > 0:
+            queues[it].append([demands[m].name, v])
+    return queues
+
+
+def assign_gpus(mode: str, gpu: GpuModel, runs: Iterable[tuple[LayoutKey, int]], queues: dict[str, deque[Run]]
+                ) -> tuple[Counted, dict[LayoutKey, mig.GpuLayout]]:
+    """GPUs of one pool with their instances and models, from (layout key, GPUs) runs in
+    order (`assign_runs` over the queues), and each MIG layout's placement (placed once per
+    layout, not per GPU). Plan and re-plan both build their pools' GPU groups with it."""
+    counted: Counted = Counter()
+    layouts: dict[LayoutKey, mig.GpuLayout] = {}
+    for key, cnt in runs:
+        if not cnt:
+            continue
+        if mode == "mig":
+            placements = tuple(mig.place(gpu, dict(key)))
+            layouts[key] = mig.GpuLayout(gpu.name, placements)
+            slots = [(pl.profile, pl.start) for pl in placements]
+        else:
+            (it, n), = key
+            slots = [(it, i) for i in range(n)]
+        for models, rep in assign_runs(slots, queues, cnt):
+            counted[(key, tuple(Instance(it, st, md) for (it, st), md in zip(slots, models)))] += rep
+    return counted, layouts
+
+
+def gpu_groups(pool: str, counted: Counted, layouts: Mapping[LayoutKey, mig.GpuLayout]) -> tuple[GpuGroup, ...]:
+    """The pool's GPU groups, largest first (ties by layout)."""
+    return tuple(GpuGroup(pool, layouts.get(key), inst, n)
+                 for (key, inst), n in sorted(counted.items(), key=lambda kv: (-kv[1], str(kv[0]))))
+
+
 def spare_instances(counted: Mapping[tuple[Any, tuple[Instance, ...]], int]) -> Counter[str]:
     """Instances no model uses, by profile, over (layout key, instances) -> GPU counts."""
     spare: Counter[str] = Counter()
@@ -497,11 +580,11 @@ def spare_instances(counted: Mapping[tuple[Any, tuple[Instance, ...]], int]) -> 
     return spare
 
 
-def chunk_nodes(keys: Sequence[tuple[Any, int]], per_node: int) -> Counter:
+def chunk_nodes(keys: Sequence[tuple[_K, int]], per_node: int) -> Counter[tuple[_K | None, ...]]:
     """Nodes of `per_node` GPUs from (layout key, count) runs in order, as a Counter of
     device tuples (the last node padded with None); whole runs become node counts at once."""
-    nodes: Counter = Counter()
-    partial: list = []
+    nodes: Counter[tuple[_K | None, ...]] = Counter()
+    partial: list[_K] = []
     for key, cnt in keys:
         if partial:
             take = min(cnt, per_node - len(partial))
@@ -520,7 +603,7 @@ def chunk_nodes(keys: Sequence[tuple[Any, int]], per_node: int) -> Counter:
     return nodes
 
 
-def pool_device_plugin_config(mode: str, replicas: int | None, gpu: GpuModel) -> dict:
+def pool_device_plugin_config(mode: str, replicas: int | None, gpu: GpuModel) -> dict[str, Any]:
     """The device-plugin config of a planned pool: the mixed MIG strategy, none (whole
     GPUs), or time-slicing/MPS with `replicas` per GPU (plan and re-plan)."""
     if mode == "mig":
@@ -531,15 +614,15 @@ def pool_device_plugin_config(mode: str, replicas: int | None, gpu: GpuModel) ->
                                                    mig_enabled=False)
 
 
-def plan_warnings(model: Model, demands) -> list[str]:
+def plan_warnings(model: Model, demands: Sequence[ModelDemand]) -> list[str]:
     out = []
     for k, pool in enumerate(model.pools):
         gpu = get_gpu(pool.gpu)
         r = model.shared_r[k]
-        if model.modes[k] == "time-slicing":
+        if model.modes[k] == "time-slicing" and r is not None:   # shared pools have replicas
             out.append(f"pool {pool.name}: {TIME_SLICING_WARNING}; each of the {r} replicas per {gpu.name} must "
                        f"stay within {gpu.memory_gib / r:.1f} GiB (OOM risk)")
-        elif model.modes[k] == "mps":
+        elif model.modes[k] == "mps" and r is not None:
             lim = deviceplugin.mps_client_limits(gpu, r)
             out.append(f"pool {pool.name}: MPS limits each of the {r} clients per {gpu.name} to "
                        f"{lim['memory_limit_mib']} MiB (total / replicas) and {lim['active_thread_percentage']}% of the "

@@ -4,60 +4,44 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter, defaultdict, deque
 from typing import Any, Mapping, Sequence
 
 
 from gpuvalues.catalog import GIB_PER_GB, get_gpu
-from gpuvalues.errors import PlanError
+from gpuvalues.errors import MigLayoutError, PlanError
 from gpuvalues.planners import deviceplugin
-from gpuvalues.planners.mig import geometry as mig
 from gpuvalues.planners.mig import migparted
 from gpuvalues.planners.mig.milp.diagnose import diagnose_infeasible
-from gpuvalues.planners.mig.milp.model import Baseline, GpuGroup, Instance, Model, ModelDemand, NodeConfigGroup, PlanPool, Plan, PoolPlan, WHOLE, assign_runs, check_inputs, chunk_nodes, plan_warnings, pool_costs, pool_device_plugin_config, spare_instances, throughput_of
-from gpuvalues.planners.mig.milp.solve import solution_values, solve_model, trim_solution
+from gpuvalues.planners.mig.milp.model import (assign_gpus, Baseline, check_inputs, chunk_nodes, gpu_groups,
+                                               LayoutKey, Model, ModelDemand, NodeConfigGroup, Plan,
+                                               plan_warnings, PlanPool, pool_costs, pool_device_plugin_config,
+                                               PoolPlan, run_queues, spare_instances, throughput_of, WHOLE)
+from gpuvalues.planners.mig.milp.solve import XCounts, ZCounts, solution_values, solve_model, trim_solution
+
+# mig-parted's mig-devices per GPU of each node config (None: MIG off)
+NodeConfigs = dict[str, list[dict[str, int] | None]]
 
 
-def _pool_plans(model: Model, demands, x, z) -> tuple[list[PoolPlan], dict, dict, dict]:
+def _pool_plans(model: Model, demands: Sequence[ModelDemand], x: XCounts, z: ZCounts
+                ) -> tuple[list[PoolPlan], NodeConfigs, dict[str, dict[str, str]], dict[str, dict[str, Any]]]:
     pool_plans = []
-    node_configs: dict[str, list] = {}
+    node_configs: NodeConfigs = {}
     labels: dict[str, dict[str, str]] = {}
-    dp_configs: dict[str, dict] = {}
+    dp_configs: dict[str, dict[str, Any]] = {}
     pool_names = {p.name for p in model.pools}
     for k, pool in enumerate(model.pools):
         gpu = get_gpu(pool.gpu)
         mode = model.modes[k]
         keys = model.layouts[k]
-        # run-length queue of models per instance type in this pool
-        queues: dict[str, deque] = defaultdict(deque)
-        for (kk, it, m), v in sorted(z.items()):
-            if kk == k and v > 0:
-                queues[it].append([demands[m].name, v])
-        counted: Counter = Counter()   # (layout key, instances) -> GPUs
-        used_keys: list[tuple[Any, int]] = []
-        layouts: dict[Any, mig.GpuLayout] = {}
-        for li, key in enumerate(keys):
-            cnt = x.get((k, li), 0)
-            if not cnt:
-                continue
-            used_keys.append((key, cnt))
-            if mode == "mig":
-                placements = tuple(mig.place(gpu, dict(key)))   # once per layout, not per GPU
-                layouts[key] = mig.GpuLayout(gpu.name, placements)
-                slots = [(pl.profile, pl.start) for pl in placements]
-            else:
-                (it, n), = key
-                slots = [(it, i) for i in range(n)]
-            for models, rep in assign_runs(slots, queues, cnt):
-                inst = tuple(Instance(it, st, mdl) for (it, st), mdl in zip(slots, models))
-                counted[(key, inst)] += rep
-        groups = tuple(GpuGroup(pool.name, layouts.get(key) if mode == "mig" else None, inst, n)
-                       for (key, inst), n in sorted(counted.items(), key=lambda kv: (-kv[1], str(kv[0]))))
+        used_keys: list[tuple[LayoutKey, int]] = [(key, cnt) for li, key in enumerate(keys)
+                                                  if (cnt := x.get((k, li), 0))]
+        counted, layouts = assign_gpus(mode, gpu, used_keys, run_queues(z, k, demands))
+        groups = gpu_groups(pool.name, counted, layouts)
         n_gpus = sum(counted.values())
         spare = spare_instances(counted)
         unused = 0
         if mode == "mig":
-            unused = sum((gpu.mig.memory_slices - sum(gpu.profile(p).memory_slices * c for p, c in key)) * cnt
+            unused = sum((gpu.geometry.memory_slices - sum(gpu.profile(p).memory_slices * c for p, c in key)) * cnt
                          for key, cnt in used_keys)
         # nodes: GPUs sorted by layout, chunked; identical nodes share a config
         node_count = chunk_nodes(sorted(used_keys, key=lambda kc: str(kc[0])), pool.gpus_per_node)
@@ -139,7 +123,8 @@ BASELINES = (("whole-gpu", "whole", "one whole GPU per replica (MIG off): the se
                                   "instance get whole GPUs"))
 
 
-def _baselines(demands, pools, costs, deadline: float | None = None) -> list[Baseline]:
+def _baselines(demands: Sequence[ModelDemand], pools: Sequence[PlanPool], costs: list[float],
+               deadline: float | None = None) -> list[Baseline]:
     """Each baseline solved exactly too; if the inventory is too small for it, solved again
     without pool capacities so it still reports how many GPUs it would take. All share what is
     left of the plan's time limit (`deadline`, perf_counter seconds)."""
@@ -168,7 +153,7 @@ def _baselines(demands, pools, costs, deadline: float | None = None) -> list[Bas
                                   with_bounds=False, capacity=False)
                 if res is not None:
                     note += f"; more than the inventory's {sum(p.capacity for p in pools)} GPUs"
-        except PlanError as exc:
+        except (PlanError, MigLayoutError) as exc:   # MigLayoutError: no all-balanced for the GPU
             out.append(Baseline(name, None, None, f"{note}; not possible: {exc}"))
             continue
         if res is None:

@@ -5,28 +5,56 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from typing import Sequence
+from typing import Sequence, TypedDict
 
 import highspy
 import numpy as np
 
 from gpuvalues.errors import PlanError
-from gpuvalues.planners.mig.milp.certify import run_highs
-from gpuvalues.planners.mig.milp.highs import Rows
-from gpuvalues.planners.mig.milp.model import Model, ModelDemand, build_model, demand_need
+from gpuvalues.planners.mig.milp.certify import Certificate, run_highs
+from gpuvalues.planners.mig.milp.highs import Rows, Vector
+from gpuvalues.planners.mig.milp.model import (Column, Model, ModelDemand, PlanPool, build_model, built_by,
+                                               demand_need, serving)
+
+# solve_lp's answer: status, info, solution (None: none), the columns, the MIP's certificate
+LpAnswer = tuple[highspy.HighsModelStatus, highspy.HighsInfo, "Vector | None", list[Column], "Certificate | None"]
+# a solution as counts: x[(pool, layout)] GPUs, z[(pool, itype, model)] instances
+XCounts = dict[tuple[int, int], int]
+ZCounts = dict[tuple[int, str, int], int]
+# LP rounding's fixed part: (spare instances {(pool, itype): n}, need per model, GPUs left per pool)
+Residual = tuple[dict[tuple[int, str], float], list[float], list[float]]
+
+
+class SolveExtra(TypedDict):
+    """What `solve_model` adds to HiGHS's answer (certified, never the solver's report)."""
+
+    objective: float
+    bound: float
+    rounded: float
+    optimal: bool
+    rejected: float | None     # HiGHS's claimed optimum when its answer did not check out
+
+
+# solve_model's answer: (status, info or None, solution, columns, seconds, LP bound or None, extra)
+Solved = tuple[highspy.HighsModelStatus, "highspy.HighsInfo | None", Vector, list[Column], float, "float | None",
+               SolveExtra]
 
 
 def solve_lp(model: Model, demands: Sequence[ModelDemand], costs: list[float], *, integer: bool,
            capacity: bool = True, time_limit: float = 30.0, abs_gap: float = 1e-6, rel_gap: float = 0.0,
-           start: np.ndarray | None = None, relax: frozenset[int] = frozenset(),
-           residual: tuple | None = None, lp_bound: float | None = None):
+           start: Vector | None = None, relax: frozenset[int] = frozenset(),
+           residual: Residual | None = None, lp_bound: float | None = None) -> LpAnswer:
     """Solve the configuration ILP (or its LP relaxation): (status, info, solution, columns,
     certificate; see `run_highs`). `start`: a feasible solution HiGHS starts from (the rounded
     LP); `relax`: pools whose capacity row is dropped (diagnosis); `residual`: (spare instances
     {(pool, itype): n}, need per model, GPUs left per pool) to solve what is left after a fixed
     part of the plan (LP rounding); `lp_bound`: the LP relaxation's value, for the certificate."""
-    spare_built, needs, caps = residual if residual is not None else ({}, None, None)
-    cols: list[tuple] = []  # ("x", k, layout_index) | ("z", k, itype, m)
+    spare_built: dict[tuple[int, str], float] = {}
+    needs: list[float] | None = None
+    caps: list[float] | None = None
+    if residual is not None:
+        spare_built, needs, caps = residual
+    cols: list[Column] = []  # ("x", k, layout_index) | ("z", k, itype, m)
     for k, keys in enumerate(model.layouts):
         for li in range(len(keys)):
             cols.append(("x", k, li))
@@ -45,13 +73,12 @@ def solve_lp(model: Model, demands: Sequence[ModelDemand], costs: list[float], *
         if capacity and k not in relax:
             add_row([(col_index[("x", k, li)], 1.0) for li in range(len(keys))], -inf,
                     float(model.pools[k].capacity if caps is None else caps[k]))
-        for it in model.itypes[k]:
-            z = [(col_index[("z", k, it.name, m)], 1.0) for m in range(len(demands)) if ("z", k, it.name, m) in col_index]
+        for itype in model.itypes[k]:
+            z = serving(col_index, k, itype.name, len(demands))
             if not z:
                 continue
-            x = [(col_index[("x", k, li)], -float(dict(key).get(it.name, 0))) for li, key in enumerate(keys)
-                 if dict(key).get(it.name, 0)]
-            add_row(z + x, -inf, float(spare_built.get((k, it.name), 0.0)))
+            add_row(z + built_by(col_index, "x", k, keys, itype.name), -inf,
+                    float(spare_built.get((k, itype.name), 0.0)))
     for m, d in enumerate(demands):
         entries = [(col_index[("z", k, it, mm)], w) for (k, it, mm), w in model.weights.items() if mm == m]
         add_row(entries, demand_need(d) if needs is None else needs[m], inf)
@@ -61,16 +88,17 @@ def solve_lp(model: Model, demands: Sequence[ModelDemand], costs: list[float], *
     return status, info, sol, cols, cert
 
 
-def lp_relaxation_bound(model, demands, costs, capacity=True):
+def lp_relaxation_bound(model: Model, demands: Sequence[ModelDemand], costs: list[float],
+                        capacity: bool = True) -> float | None:
     status, info, sol, _, _ = solve_lp(model, demands, costs, integer=False, capacity=capacity)
     if status != highspy.HighsModelStatus.kOptimal:
         return None
     return float(info.objective_function_value)
 
 
-def solution_values(sol, cols):
-    x: dict[tuple[int, int], int] = {}
-    z: dict[tuple[int, str, int], int] = {}
+def solution_values(sol: Vector, cols: Sequence[Column]) -> tuple[XCounts, ZCounts]:
+    x: XCounts = {}
+    z: ZCounts = {}
     for i, c in enumerate(cols):
         v = int(round(sol[i]))
         if v <= 0:
@@ -82,7 +110,7 @@ def solution_values(sol, cols):
     return x, z
 
 
-def trim_solution(z: dict, model: Model, demands: Sequence[ModelDemand]) -> dict:
+def trim_solution(z: ZCounts, model: Model, demands: Sequence[ModelDemand]) -> ZCounts:
     """Drop assignments beyond what each model needs (they become spare instances)."""
     z = dict(z)
     for m, d in enumerate(demands):
@@ -98,14 +126,14 @@ def trim_solution(z: dict, model: Model, demands: Sequence[ModelDemand]) -> dict
     return z
 
 
-def round_lp(model: Model, demands: Sequence[ModelDemand], lp_sol: np.ndarray, cols: list,
-              capacity: bool = True) -> np.ndarray | None:
+def round_lp(model: Model, demands: Sequence[ModelDemand], lp_sol: Vector, cols: list[Column],
+              capacity: bool = True) -> Vector | None:
     """A feasible integer solution from the LP optimum ("LP rounding"): floor the LP, cover each
     model's residual need with its best-weighted instance type, then add GPUs of the layout that
     builds the most missing instances until every instance used is built. None if that breaks a
     pool's capacity. Work is per layout and model, never per GPU."""
     col_index = {c: i for i, c in enumerate(cols)}
-    val = np.floor(np.maximum(lp_sol, 0.0) + 1e-9)
+    val: Vector = np.floor(np.maximum(lp_sol, 0.0) + 1e-9)
     for m, d in enumerate(demands):
         short = demand_need(d) - sum(w * val[col_index[("z",) + key]] for key, w in model.weights.items() if key[2] == m)
         if short <= 1e-9:
@@ -118,7 +146,7 @@ def round_lp(model: Model, demands: Sequence[ModelDemand], lp_sol: np.ndarray, c
         val[col_index[("z",) + key]] += math.ceil(short / w - 1e-9)
     for k, keys in enumerate(model.layouts):
         counts = [dict(key) for key in keys]
-        deficit = Counter()
+        deficit: Counter[str] = Counter()
         for (kk, it, m) in model.weights:
             if kk == k:
                 deficit[it] += val[col_index[("z", k, it, m)]]
@@ -142,13 +170,13 @@ def round_lp(model: Model, demands: Sequence[ModelDemand], lp_sol: np.ndarray, c
     return val
 
 
-def _round_residual(model: Model, demands: Sequence[ModelDemand], costs: list[float], lp_sol: np.ndarray,
-                    cols: list, capacity: bool, time_limit: float) -> np.ndarray | None:
+def _round_residual(model: Model, demands: Sequence[ModelDemand], costs: list[float], lp_sol: Vector,
+                    cols: list[Column], capacity: bool, time_limit: float) -> Vector | None:
     """LP rounding with an exact remainder: keep the floor of the LP's GPUs and assignments, then
     solve what is left (a few dozen GPUs whatever the fleet size, so small numbers HiGHS solves
     fast) exactly within `time_limit`. None if that fails."""
     col_index = {c: i for i, c in enumerate(cols)}
-    val = np.floor(np.maximum(lp_sol, 0.0) + 1e-9)
+    val: Vector = np.floor(np.maximum(lp_sol, 0.0) + 1e-9)
     spare: dict[tuple[int, str], float] = {}
     for k, keys in enumerate(model.layouts):
         for it in model.itypes[k]:
@@ -173,13 +201,15 @@ def _round_residual(model: Model, demands: Sequence[ModelDemand], costs: list[fl
     integral = all(float(c).is_integer() for c in costs)
     _, _, sol, _, cert = solve_lp(model, demands, costs, integer=True, capacity=capacity, time_limit=time_limit,
                                 abs_gap=0.999 if integral else 1e-6, residual=(spare, needs, caps))
-    if cert is None:   # no solution, or one that breaks a row
+    if cert is None or sol is None:   # no solution, or one that breaks a row
         return None
-    return val + np.round(sol)
+    out: Vector = val + np.round(sol)
+    return out
 
 
-def solve_model(demands, pools, costs, layout_rule, time_limit, with_bounds=True, capacity=True, rel_gap=0.0,
-         solver_layouts=True):
+def solve_model(demands: Sequence[ModelDemand], pools: Sequence[PlanPool], costs: list[float], layout_rule: str,
+                time_limit: float, with_bounds: bool = True, capacity: bool = True, rel_gap: float = 0.0,
+                solver_layouts: bool = True) -> tuple[Model, Solved | None]:
     """Solve one model: LP, LP rounding as a warm start, then the MIP within `time_limit`; the
     result is the better of the MIP's incumbent and the rounding (never worse than rounding).
     Returns (model, None) when infeasible, else (model, (status, info, sol, cols, secs, lp, extra))
@@ -196,7 +226,7 @@ def solve_model(demands, pools, costs, layout_rule, time_limit, with_bounds=True
                                                  time_limit=max(time_limit, 30.0))
     if lp_status == highspy.HighsModelStatus.kModelEmpty:   # no column: every need is 0, nothing to place
         status = highspy.HighsModelStatus.kOptimal
-        extra = {"objective": 0.0, "bound": 0.0, "rounded": 0.0, "optimal": True, "rejected": None}
+        extra: SolveExtra = {"objective": 0.0, "bound": 0.0, "rounded": 0.0, "optimal": True, "rejected": None}
         return model, (status, None, np.zeros(0), cols, time.perf_counter() - t0, 0.0 if with_bounds else None,
                        extra)
     if lp_status != highspy.HighsModelStatus.kOptimal or lp_sol is None:
@@ -218,10 +248,9 @@ def solve_model(demands, pools, costs, layout_rule, time_limit, with_bounds=True
     # the plan keeps the solver's layouts rather than the LP vertex's (the rounding stays the
     # fallback); otherwise it is the MIP's warm start.
     proven = rounded is not None and lp_ceil >= r_obj - 1e-9
-    if proven and not solver_layouts:   # the caller only needs an optimal solution: done
-        status, info, sol = highspy.HighsModelStatus.kOptimal, None, rounded
+    if proven and not solver_layouts and rounded is not None:   # the caller only needs an optimal solution: done
         extra = {"objective": r_obj, "bound": r_obj, "rounded": r_obj, "optimal": True, "rejected": None}
-        return model, (status, info, sol, cols, time.perf_counter() - t0, lp if with_bounds else None, extra)
+        return model, (highspy.HighsModelStatus.kOptimal, None, rounded, cols, time.perf_counter() - t0, lp if with_bounds else None, extra)
     if left > 0:
         status, info, sol, cols, cert = solve_lp(model, demands, costs, integer=True, time_limit=left,
                                                abs_gap=0.999 if integral else 1e-6, rel_gap=rel_gap,
@@ -244,4 +273,5 @@ def solve_model(demands, pools, costs, layout_rule, time_limit, with_bounds=True
                 and status == highspy.HighsModelStatus.kOptimal else None)
     extra = {"objective": obj, "bound": bound, "rounded": r_obj, "optimal": obj <= bound + 1e-9,
              "rejected": rejected}
+    assert sol is not None, "a certificate comes with its solution, and a finite rounding is one"
     return model, (status, info, sol, cols, secs, lp if with_bounds else None, extra)
