@@ -44,8 +44,9 @@ volumes), and writes what the real agent writes:
   (pending, then success or failed).
 
 A DaemonSet that does not schedule on a node does nothing there; a pod that stops stops
-its effect: nothing it wrote is refreshed (a process it ran is stopped). Every failure of
-an agent (upstream's own error) is kept in `errors` for the test to report.
+its effect: nothing it wrote is refreshed (a process it ran is stopped). An agent's failure
+(upstream's own error, or a call it makes failing) is kept in `errors` for the test to
+report until that agent next succeeds or its pod goes; each agent is retried every tick.
 
 Not emulated (said where it matters): the nfd-worker's periodic re-discovery (the mock
 PCI devices never change) and GFD's features.d file output (useNodeFeatureAPI false: its
@@ -185,6 +186,7 @@ class _Running:
     done: bool = False
     owned: set = field(default_factory=set)      # resource names it published
     thread: "MigManager | None" = None
+    where: str = ""                               # its key in NodeAgents.errors
 
 
 class NodeAgents:
@@ -232,6 +234,7 @@ class NodeAgents:
         while not self._stop.is_set():
             try:
                 self.tick()
+                self.errors.pop("emulator", None)    # a failed list is retried, as a kubelet's watch is
             except Exception as e:
                 self.errors["emulator"] = repr(e)
             self._stop.wait(self.interval)
@@ -263,7 +266,9 @@ class NodeAgents:
         with self.lock:
             gone = [k for k in self.running if k not in seen]
             for k in gone:
-                self._kill(self.running.pop(k))
+                r = self.running.pop(k)
+                self._kill(r)
+                self.errors.pop(r.where, None)          # its pod is gone: so is what it failed at
 
     def _kill(self, r: _Running) -> None:
         if r.agent == "dra-kubelet-plugin":
@@ -281,7 +286,7 @@ class NodeAgents:
                 r.proc.kill()
 
     def _run(self, r: _Running, pod: Mapping, c: Mapping, node: Mapping) -> None:
-        where = f"{r.agent} {pod['metadata']['namespace']}/{pod['metadata']['name']} on {r.node}"
+        where = r.where = f"{r.agent} {pod['metadata']['namespace']}/{pod['metadata']['name']} on {r.node}"
         try:
             if r.agent == "nfd-worker":
                 self._nfd_worker(r, pod, c)
@@ -296,6 +301,12 @@ class NodeAgents:
             self.errors.pop(where, None)
         except AgentError as e:
             self.errors[where] = str(e)
+        except (subprocess.SubprocessError, OSError, RuntimeError, ValueError) as e:
+            # a call the agent makes failing once (kubectl against a loaded API server, an
+            # oracle run past its timeout): that agent's error, retried next tick like an
+            # AgentError; it used to abort the whole tick and stay in `errors` for good
+            # under "emulator", failing a test whose agents had all recovered
+            self.errors[where] = f"{e.__class__.__name__}: {e}"
 
     # --- the pod's files ---------------------------------------------------------------
 

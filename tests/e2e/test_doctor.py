@@ -215,9 +215,14 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         # the nodes whose group selects a renamed config re-read it (the emulator's config-manager, as
         # upstream, or the restarted pod): doctor must name exactly the nodes that then
         # advertise nvidia.com/gpu where gpu.shared belongs, as the API server shows them
+        # the nodes whose own config is renamed: each re-reads it on its own tick, so doctor is
+        # polled until it names all of them (not the moment it names the first)
+        renamed = {f"Node/{n}" for n in nodes
+                   if "renameByDefault: true" in original[kube.nodes()[n]["metadata"]["labels"][dp_label]]}
+        assert renamed, original
         t = time.monotonic()
         set_dp_config(unrenamed)
-        rep = settle("resource name mismatch: DR006", {"DR006"}, timeout=120)
+        rep = settle("resource name mismatch: DR006", {"DR006"}, timeout=120, objects=renamed)
         live = kube.nodes()
         lacking = {f"Node/{n}" for n in nodes if not int(live[n]["status"]["allocatable"].get("nvidia.com/gpu.shared", 0))}
         assert lacking and {f["object"] for f in rep["findings"]} == lacking, (_codes(rep), lacking)
@@ -258,7 +263,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         restarts: list[str] = []
         t = time.monotonic()
         set_rules(without)
-        rep = settle("adapter rule missing: DR009", {"DR009"}, timeout=150)
+        rep = settle("adapter rule missing: DR009", {"DR009"}, timeout=150, objects=hpa_objs)
         assert {f["object"] for f in rep["findings"]} == hpa_objs, _codes(rep)
         set_rules(cm["data"]["config.yaml"])
         settle("adapter rule restored", set(), timeout=150)
@@ -279,7 +284,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
                                            honor_labels=False, name="prometheus-exported",
                                            labels={"namespace": ns, "pod": "scrape-target-0"})
         t = time.monotonic()
-        rep = settle("series labelled exported_pod: DR011", {"DR011"}, prometheus=prom2)
+        rep = settle("series labelled exported_pod: DR011", {"DR011"}, prometheus=prom2, objects=hpa_objs)
         assert {f["object"] for f in rep["findings"]} == hpa_objs, _codes(rep)
         broken.append(("DR011", "exported_pod labels", round(time.monotonic() - t, 1)))
         # 7. the series absent: a Prometheus that scrapes an exporter serving none of the
@@ -291,7 +296,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
             _, prom3 = e2elib.start_prometheus(kube.cluster, prometheus_bin, tmp_path / "p3", "fleet", other.port,
                                                name="prometheus-other")
             t = time.monotonic()
-            rep = settle("series absent: DR010", {"DR010"}, prometheus=prom3)
+            rep = settle("series absent: DR010", {"DR010"}, prometheus=prom3, objects=hpa_objs)
             assert {f["object"] for f in rep["findings"]} == hpa_objs, _codes(rep)
             broken.append(("DR010", "series absent", round(time.monotonic() - t, 1)))
         finally:
@@ -352,7 +357,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         # (checked last: reinstalling re-pins)
         t = time.monotonic()
         kube.helm("uninstall", r0.name, "-n", r0.namespace)
-        rep = settle("a release uninstalled: DR001", {"DR001"})
+        rep = settle("a release uninstalled: DR001", {"DR001"}, objects={f"Release/{r0.namespace}/{r0.name}"})
         assert _codes(rep) == [("DR001", f"Release/{r0.namespace}/{r0.name}")], _codes(rep)
         broken.append(("DR001", "release missing", round(time.monotonic() - t, 1)))
         print(f"\ndoctor e2e: {len(broken)} links broken and named in {time.monotonic() - t0:.1f} s: {broken}")
