@@ -451,21 +451,7 @@ class NodeAgents:
         r.last_input, r.last_hw, r.last_run = key, hw_key, time.monotonic()
 
     def _oracle_run(self, req: dict, config_text: str | None) -> dict:
-        tmp = self.workdir / "oracle"
-        tmp.mkdir(exist_ok=True)
-        if config_text is not None:
-            path = tmp / f"config-{hashlib.sha256(config_text.encode()).hexdigest()[:12]}.yaml"
-            path.write_text(config_text)
-            req["configFile"] = str(path)
-        proc = subprocess.run([str(self._oracle)], input=json.dumps(req), capture_output=True, text=True,
-                              timeout=60, env={**os.environ, "TMPDIR": str(tmp)})
-        try:
-            out = json.loads(proc.stdout)
-        except json.JSONDecodeError:
-            raise AgentError(f"oracle printed no JSON (rc {proc.returncode}): {proc.stderr[-800:]}") from None
-        if proc.returncode:
-            raise AgentError(f"{out.get('component')}: {out.get('error')}")
-        return out
+        return oracle_run(self._oracle, req, config_text, self.workdir / "oracle")
 
     def _publish_resources(self, r: _Running, resources: Mapping[str, int]) -> None:
         """The kubelet's device manager: each plugin's resource with its device count in
@@ -511,16 +497,13 @@ class NodeAgents:
         hw = self.nodes[r.node].hardware
         if not hw:
             raise AgentError("gpu-kubelet-plugin: error creating driver: NVML not found")
-        gpus = self._oracle_run({"hardware": hw, "dra": {}}, None)["dra"]["gpus"]
-        if any(g["migEnabled"] for g in gpus):
-            raise AgentError("gpu-kubelet-plugin: MIG devices are not emulated (the DRA fleets claim whole GPUs)")
-        obj = dra_resource_slice(env["NODE_NAME"], node["metadata"]["uid"], gpus)
+        obj = dra_resource_slice(env["NODE_NAME"], node["metadata"]["uid"], dra_gpus(self._oracle, hw, self.workdir / "oracle"))
         res = self.cluster.kubectl("create", "-o", "name", "-f", "-", input=json.dumps(obj), check=False)
         if res.returncode:
             raise AgentError(f"gpu-kubelet-plugin: error publishing resources: {res.stderr.strip()}")
         r.owned.add(res.stdout.strip().split("/", 1)[-1])
         r.done = True
-        self.log.append(f"dra-kubelet-plugin on {r.node}: {len(gpus)} devices published")
+        self.log.append(f"dra-kubelet-plugin on {r.node}: {len(obj['spec']['devices'])} devices published")
 
     # --- mig-manager -------------------------------------------------------------------
 
@@ -669,6 +652,50 @@ def apply_mig(hw: Mapping, gpus: list[dict]) -> dict:
            for i, g in enumerate(gpus) if g["migEnabled"]}
     if mig:
         out["mig"] = mig
+    return out
+
+
+def oracle_run(oracle: Path, req: dict, config_text: str | None, tmp: Path) -> dict:
+    """One run of the oracle (ci/oracle/deviceplugin: upstream's code over the mock NVML) on
+    `req`, with `config_text` as its config file; AgentError carries upstream's error."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    if config_text is not None:
+        path = tmp / f"config-{hashlib.sha256(config_text.encode()).hexdigest()[:12]}.yaml"
+        path.write_text(config_text)
+        req["configFile"] = str(path)
+    proc = subprocess.run([str(oracle)], input=json.dumps(req), capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "TMPDIR": str(tmp)})
+    try:
+        out = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise AgentError(f"oracle printed no JSON (rc {proc.returncode}): {proc.stderr[-800:]}") from None
+    if proc.returncode:
+        raise AgentError(f"{out.get('component')}: {out.get('error')}")
+    return out
+
+
+def dra_gpus(oracle: Path, hw: Mapping, tmp: Path) -> list[dict]:
+    """The NVIDIA DRA driver's reading of a node's GPUs (cmd/gpu-kubelet-plugin/nvlib.go
+    getGpuInfo, run in the oracle over the node's mock NVML: ci/oracle/deviceplugin/dra.go);
+    whole GPUs only (AgentError for a MIG-enabled one: not emulated)."""
+    gpus = oracle_run(oracle, {"hardware": dict(hw), "dra": {}}, None, tmp)["dra"]["gpus"]
+    if any(g["migEnabled"] for g in gpus):
+        raise AgentError("gpu-kubelet-plugin: MIG devices are not emulated (the DRA fleets claim whole GPUs)")
+    return gpus
+
+
+def dra_driver_slices(nodes: Mapping[str, tuple[str, Mapping]], tmp: Path) -> list[dict]:
+    """The ResourceSlices NVIDIA's DRA driver publishes on `nodes` (name -> (Node uid, mock
+    hardware)), built exactly as the emulated kubelet plugin builds them (dra_gpus,
+    dra_resource_slice): the one source of DRA devices in the e2e tests. MIG-enabled nodes
+    are left out (the emulated driver refuses them)."""
+    from tests.oracle import oraclelib as ol
+    oracle = ol.ensure_built()
+    out = []
+    for name, (uid, hw) in sorted(nodes.items()):
+        if not hw or hw.get("mig"):
+            continue
+        out.append(dra_resource_slice(name, uid, dra_gpus(oracle, hw, tmp)))
     return out
 
 
