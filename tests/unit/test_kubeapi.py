@@ -60,7 +60,7 @@ class ErrorServer:
 
         self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.srv.daemon_threads = True
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        threading.Thread(target=self.srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def core(self, bounded: bool = True, timeout_s: float = 5.0):
         from kubernetes import client
@@ -95,6 +95,7 @@ def test_a_huge_error_body_is_cut_and_the_error_keeps_status_and_reason(server, 
 
     srv = server(500, "Everything Is On Fire", HUGE)
     core = srv.core()
+    import urllib3.response  # noqa: F401  (imported before tracing starts)
     tracemalloc.start()
     try:
         with pytest.raises(ApiException) as e:
