@@ -436,7 +436,7 @@ def _context(spec_path: str | Path | None, kube_version: str | None) -> Context:
         return Context(kube_version=kube_version)
     spec = load_spec(spec_path)
     return Context(kube_version=kube_version or spec.kubernetes_version,
-                   gpu_models=tuple(sorted({p.gpu for p in spec.node_pools})),
+                   gpu_models=tuple(sorted({p.gpu.name for p in spec.node_pools})),
                    inventory_gpus=sum(p.gpus for p in spec.node_pools),
                    gpus_per_node=min(p.gpus_per_node for p in spec.node_pools))
 
@@ -502,7 +502,6 @@ def _mig_pools(fleet: Fleet) -> tuple[list[PlanPool], dict[str, int]]:
     nodes, also one whose MIG workloads were all removed (its nodes may keep their layout);
     and per pool the GPUs whole-GPU and tensor-parallel replicas hold (those the fleet's MIG
     solve did not get)."""
-    from gpuvalues.catalog import get_gpu as gpu_of
     from gpuvalues.planners.mig.milp import model as milp
 
     # the MIG solve's pools of one spec pool: the pool itself, or parts of it named "<pool>.<part>"
@@ -518,12 +517,12 @@ def _mig_pools(fleet: Fleet) -> tuple[list[PlanPool], dict[str, int]]:
     for p in fleet.spec.node_pools:
         if p.name in planned:
             held[p.name] = max(0, p.gpus - planned[p.name])
-        elif p.mig and gpu_of(p.gpu).mig is not None and not any(
+        elif p.mig and p.gpu.mig is not None and not any(
                 pl.mode == "dra" for pl in fleet.placements if pl.pool.name == p.name):
             held[p.name] = sum(g.nodes for g in layout.groups_of(p.name) if g.workloads) * p.gpus_per_node
         else:
             continue
-        pools.append(milp.PlanPool(p.name, p.gpu, p.gpus_per_node, p.nodes, mig_enabled=True,
+        pools.append(milp.PlanPool(p.name, p.gpu.name, p.gpus_per_node, p.nodes, mig_enabled=True,
                                    price_per_gpu=p.price_per_gpu_hour))
     return pools, held
 

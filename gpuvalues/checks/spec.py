@@ -14,12 +14,12 @@ from gpuvalues.yamlio.loader import Loaded, expect_mapping, format_path, load_te
 from gpuvalues.kube import unsupported_kube_version
 from gpuvalues.checks.rules import SPEC_SCHEMA, check_schema, finding, yaml_findings
 from gpuvalues.checks.weights import weight_findings
-from gpuvalues.errors import Finding, ValidationFailed, errors_only
+from gpuvalues.errors import CatalogError, Finding, ValidationFailed, errors_only
 from gpuvalues.fleet import routing
-from gpuvalues.fleet.spec import Spec, from_data
+from gpuvalues.fleet.spec import Spec, from_data, pool_gpu
 
 
-def cross_field_findings(data: dict, loaded: Loaded) -> list[Finding]:
+def cross_field_findings(data: dict[str, Any], loaded: Loaded) -> list[Finding]:
     """Spec rules across fields that need no GPU knowledge (names, references, ranges)."""
     out: list[Finding] = []
     pools = data["cluster"]["nodePools"]
@@ -142,7 +142,7 @@ def spec_dir(loaded: Loaded) -> Path:
     return Path(loaded.source).parent
 
 
-def reference_findings(data: dict, loaded: Loaded) -> list[Finding]:
+def reference_findings(data: dict[str, Any], loaded: Loaded) -> list[Finding]:
     """Files a spec names (`cluster.nodePools[].topology.file`): relative to the spec's
     folder, inside it (resolve_reference; $GPUVALUES_ALLOW_FILES_OUTSIDE_SPEC=1
     lifts that), and regular files within the size limit, checked before anything reads
@@ -179,12 +179,25 @@ def reference_findings(data: dict, loaded: Loaded) -> list[Finding]:
     return out
 
 
+def gpu_findings(data: dict[str, Any], loaded: Loaded) -> list[Finding]:
+    """A finding for each node pool whose `gpu` the catalog does not know (`pool_gpu`, the
+    spec model's one lookup, says so; the spec cannot be built without its GPUs)."""
+    out = []
+    for i in range(len(data["cluster"]["nodePools"])):
+        try:
+            pool_gpu(data, i, loaded)
+        except CatalogError as exc:
+            out.append(Finding(exc.code, exc.message, exc.field or "(root)", exc.source or "",
+                               exc.line, exc.column))
+    return out
+
+
 def check_spec(loaded: Loaded) -> list[Finding]:
     """Schema and cross-field findings (errors and GV010 warnings) for a loaded spec."""
     expect_mapping(loaded, "spec")
     found = check_schema(loaded, SPEC_SCHEMA)
     if not found:
-        found = cross_field_findings(loaded.data, loaded)
+        found = cross_field_findings(loaded.data, loaded) + gpu_findings(loaded.data, loaded)
     return sorted(found + yaml_findings(loaded), key=Finding.sort_key)
 
 

@@ -23,7 +23,7 @@ from gpuvalues.fleet.layout import Layout, NodeGroup, choose_pools, lay_out
 from gpuvalues.fleet.placement import Placement, candidates
 from gpuvalues.fleet.releases import (Release, gpu_operator_release, platform_release, warning,
                                       workload_release)
-from gpuvalues.fleet.spec import Spec
+from gpuvalues.fleet.spec import NodePool, Spec
 from gpuvalues.planners import deviceplugin
 from gpuvalues.yamlio.loader import format_path
 
@@ -171,10 +171,12 @@ def _shortage_findings(spec: Spec, layout: Layout, placements: list[Placement]) 
     return out
 
 
-def group_node(pool, gpu, group: NodeGroup, layout: Layout) -> tuple[dict, dict, dict, int, str]:
-    """What a node of `group` carries once its config is applied: (labels, allocatable,
-    MIG instances per profile, replicas per GPU, MIG strategy), the device plugin's and
-    GFD's behaviour as the project believes it (tests/oracle compares it with upstream)."""
+def group_node(pool: NodePool, group: NodeGroup, layout: Layout) -> tuple[dict, dict, dict, int, str]:
+    """What a node of `group` (of `pool`) carries once its config is applied: (labels,
+    allocatable, MIG instances per profile, replicas per GPU, MIG strategy), the device
+    plugin's and GFD's behaviour as the project believes it (tests/oracle compares it with
+    upstream)."""
+    gpu = pool.gpu
     config = (layout.device_plugin_configs.get(group.device_plugin_config)
               if group.device_plugin_config else None)
     products = deviceplugin.gfd_products(gpu, config) or [catalog.gfd_product_label(gpu.name)]
@@ -220,11 +222,7 @@ def offered_resources(fleet: Fleet) -> dict[str, set[str]]:
         return out
     for g in fleet.layout.node_groups:
         pool = fleet.spec.pool(g.pool)
-        try:
-            gpu = catalog.get_gpu(pool.gpu)
-        except GpuValuesError:
-            continue
-        _, alloc, _, _, _ = group_node(pool, gpu, g, fleet.layout)
+        _, alloc, _, _, _ = group_node(pool, g, fleet.layout)
         out.setdefault(g.pool, set()).update(k for k, v in alloc.items() if v)
     return out
 
@@ -239,13 +237,10 @@ def expected_nodes(fleet: Fleet):
     spec, layout = fleet.spec, fleet.layout
     nodes = []
     for pool in spec.node_pools:
-        try:
-            gpu = catalog.get_gpu(pool.gpu)
-        except GpuValuesError:
-            continue                 # an unknown GPU: its placement finding says so
+        gpu = pool.gpu
         index = 0
         for g in (layout.groups_of(pool.name) if layout else ()):
-            labels, alloc, mig_profiles, replicas, strategy = group_node(pool, gpu, g, layout)
+            labels, alloc, mig_profiles, replicas, strategy = group_node(pool, g, layout)
             info = GpuInfo(product=labels["nvidia.com/gpu.product"], count=pool.gpus_per_node,
                            mig_capable=gpu.mig_capable, mig_strategy=strategy,
                            mig_profiles=mig_profiles, replicas=replicas,

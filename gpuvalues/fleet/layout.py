@@ -450,7 +450,7 @@ def _mig_layout(spec, placements, peaks, mig_pools, groups, dp_configs, mig_conf
                                         memory_gb=w.memory_gib / GIB_PER_GB if w.memory_gib else None,
                                         allowed_profiles=(p.gpu.profile(p.mig_profile).name,),
                                         pools=tuple(mine)))
-    inputs = [milp.PlanPool(name, by_pool[owner].gpu, len(idx) if idx else by_pool[owner].gpus_per_node,
+    inputs = [milp.PlanPool(name, by_pool[owner].gpu.name, len(idx) if idx else by_pool[owner].gpus_per_node,
                             count, mig_enabled=True, price_per_gpu=by_pool[owner].price_per_gpu_hour)
               for name, (owner, idx, count) in parts.items()]
     result = None

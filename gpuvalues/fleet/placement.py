@@ -41,7 +41,6 @@ class Placement:
 
     workload: str
     pool: NodePool
-    gpu: GpuModel
     mode: str
     count: int
     sharing: str
@@ -51,6 +50,11 @@ class Placement:
     renamed: bool = True              # shared: advertised as nvidia.com/gpu.shared
     why: str = ""
     nodes: int = 1                    # nodes per replica: > 1 is a LeaderWorkerSet group
+
+    @property
+    def gpu(self) -> GpuModel:
+        """The pool's GPU model."""
+        return self.pool.gpu
 
     @property
     def gpus_per_replica(self) -> int:
@@ -94,14 +98,6 @@ def usable_gib(item: MigProfile | GpuModel) -> float:
 
 def _need_gib(spec: Spec, w: Workload) -> float | None:
     return None if w.memory_gib is None else w.memory_gib * (1 + spec.memory_headroom)
-
-
-def _gpu(spec: Spec, pool: NodePool) -> GpuModel:
-    try:
-        return catalog.get_gpu(pool.gpu)
-    except CatalogError as exc:
-        raise spec_error(CatalogError, exc.message, spec, "cluster", "nodePools",
-                         spec.node_pools.index(pool), "gpu") from None
 
 
 def _whole_gpus(need: float | None, w: Workload, gpu: GpuModel) -> int:
@@ -184,7 +180,7 @@ def _multi_node(spec: Spec, wi: int, pool: NodePool, gpu: GpuModel, nodes: int, 
            f"LeaderWorkerSet group: tensor parallel {pool.gpus_per_node} inside a node, pipeline "
            f"parallel {nodes} across nodes; {how}"
            + (f", {_gib(need)} needed" if need and w.nodes_per_replica is not None else "") + ")")
-    return Placement(w.name, pool, gpu, "whole", pool.gpus_per_node, "whole", why=why, nodes=nodes)
+    return Placement(w.name, pool, "whole", pool.gpus_per_node, "whole", why=why, nodes=nodes)
 
 
 def _gib(x: float) -> str:
@@ -222,7 +218,7 @@ def _place_on(spec: Spec, wi: int, pools: tuple[NodePool, ...]) -> Placement:
     asked = f"{_gib(w.memory_gib)}{headroom}" if need else ""     # for messages
     problems: list[tuple[str, str]] = []        # (code, why not this pool)
     for pool in pools:
-        gpu = _gpu(spec, pool)
+        gpu = pool.gpu
         nodes = _nodes_per_replica(spec, wi, pool, gpu)
         if nodes > 1:
             placed = _multi_node(spec, wi, pool, gpu, nodes, sharing.mode, problems)
@@ -255,7 +251,7 @@ def _place_on(spec: Spec, wi: int, pools: tuple[NodePool, ...]) -> Placement:
                    + (f" (tensorParallel {w.tensor_parallel})" if w.tensor_parallel > 1 else "")
                    + (f" ({asked} needed, {_gib(usable_gib(gpu))} usable per GPU)"
                       if need else ""))
-            return Placement(w.name, pool, gpu, mode, whole, mode, why=why)
+            return Placement(w.name, pool, mode, whole, mode, why=why)
         if not single:
             problems.append(("GV014", f"{pool.name}: {mode} gives a replica part of one GPU, "
                              f"but it needs {whole} GPUs"
@@ -299,7 +295,7 @@ def _place_on(spec: Spec, wi: int, pools: tuple[NodePool, ...]) -> Placement:
             why = (f"mig: {name} ({_gib(usable_gib(prof))} usable"
                    + (f" >= {asked} needed" if need else "")
                    + f"), {per} per {gpu.name}")
-            return Placement(w.name, pool, gpu, "mig", 1, "mig", mig_profile=name,
+            return Placement(w.name, pool, "mig", 1, "mig", mig_profile=name,
                              units_per_gpu=per, why=why)
         # time-slicing / MPS: replicas per GPU from memory, within the device plugin's limits
         if sharing.replicas_per_gpu:
@@ -320,7 +316,7 @@ def _place_on(spec: Spec, wi: int, pools: tuple[NodePool, ...]) -> Placement:
             continue
         why = (f"{mode}: {replicas} replicas per {gpu.name}"
                + (f" ({_gib(usable_gib(gpu))} / {asked})" if need else ""))
-        return Placement(w.name, pool, gpu, "shared", 1, mode, replicas_per_gpu=replicas,
+        return Placement(w.name, pool, "shared", 1, mode, replicas_per_gpu=replicas,
                          units_per_gpu=replicas, renamed=sharing.rename_resource, why=why)
     codes = {c for c, _ in problems}
     raise spec_error(PlanError, f"no node pool can host {w.name!r} with sharing "

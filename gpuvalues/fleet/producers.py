@@ -173,19 +173,13 @@ def node_states(spec: Spec, layout: Layout | None, platform_values: Mapping[str,
     (install order -> NFD -> the GPU Operator's labeller -> mig-manager -> GFD -> device
     plugin) from the day-0 labels. The agents' outputs are the project's model of them
     (`gpuvalues.fleet.group_node`; tests/oracle compares it with upstream)."""
-    from gpuvalues import catalog
-    from gpuvalues.errors import GpuValuesError
     from gpuvalues.fleet import group_node
 
     parts = install_parts(spec, platform_values, operator_values)
     out = []
     for g in (layout.node_groups if layout else ()):
         pool = spec.pool(g.pool)
-        try:
-            gpu = catalog.get_gpu(pool.gpu)
-        except GpuValuesError:
-            continue
-        final, alloc, mig_profiles, replicas, strategy = group_node(pool, gpu, g, layout)
+        final, alloc, mig_profiles, replicas, strategy = group_node(pool, g, layout)
         labels = {**pool.selector, **g.labels, GROUP_LABEL: g.name}
         ran, why = [INSTALL_ORDER], {}
         if NFD in parts:
@@ -239,7 +233,6 @@ def domain_label(fleet: Fleet, pool: NodePool, index: int) -> dict[str, str]:
 def produced_nodes(fleet: Fleet):
     """An `Inventory` of the fleet's nodes as the install makes them from bare nodes
     (`node_states`): only labels and resources some part of the install produces."""
-    from gpuvalues import catalog
     from gpuvalues.planners.scheduling.inventory import GpuInfo, Inventory, Node
 
     nodes = []
@@ -251,7 +244,7 @@ def produced_nodes(fleet: Fleet):
         if s is None:
             continue
         pool = fleet.spec.pool(g.pool)
-        gpu = catalog.get_gpu(pool.gpu)
+        gpu = pool.gpu
         info = GpuInfo(product=s.labels.get("nvidia.com/gpu.product"), count=pool.gpus_per_node,
                        mig_capable=gpu.mig_capable, mig_strategy=s.strategy,
                        mig_profiles=s.mig_profiles, replicas=s.replicas,

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuvalues.yamlio.loader import Loaded
-from gpuvalues.catalog import GIB_PER_GB
-from gpuvalues.errors import Finding, SpecError
+from gpuvalues.yamlio.loader import Loaded, format_path
+from gpuvalues.catalog import GIB_PER_GB, GpuModel, get_gpu
+from gpuvalues.errors import CatalogError, Finding, SpecError
 from gpuvalues.kube import kube_minor
 
 SHARING_MODES = ("auto", "whole", "mig", "time-slicing", "mps", "dra")
@@ -59,8 +59,9 @@ POD_MEMORY_GIB_BASE, POD_MEMORY_GIB_PER_GPU = 16.0, 16.0
 
 
 @dataclass(frozen=True)
-class Topology:
-    """A pool's GPU interconnect: an `nvidia-smi topo -m` file or a topology label."""
+class TopologySource:
+    """Where a pool's GPU interconnect comes from (`topology`): an `nvidia-smi topo -m`
+    file or a topology label; the parsed links are `planners.scheduling.topology.Topology`."""
 
     file: Path | None = None
     label: str | None = None
@@ -71,11 +72,11 @@ class NodePool:
     """A pool of identical GPU nodes (`cluster.nodePools[]`)."""
 
     name: str
-    gpu: str
+    gpu: GpuModel           # resolved from the spec's name (any alias) once, by `from_data`
     gpus_per_node: int
     nodes: int
     mig: bool = False
-    topology: Topology | None = None
+    topology: TopologySource | None = None
     price_per_gpu_hour: float | None = None
     node_selector: tuple[tuple[str, str], ...] = ()   # day-0 labels; () = POOL_LABEL: name
     group_domain_label: str | None = None   # one multi-node group per value of this label
@@ -318,17 +319,30 @@ def _kube_version(text: str) -> str:
     return ".".join(parts + ["0"] * (3 - len(parts)))
 
 
-def from_data(data: dict, *, base_dir: Path = Path("."), loaded: Loaded | None = None
+def pool_gpu(data: dict[str, Any], index: int, loaded: Loaded | None = None) -> GpuModel:
+    """The catalog model `cluster.nodePools[index].gpu` names (any alias); an unknown name
+    is a CatalogError placed at that field (`loaded` gives the position)."""
+    at = ("cluster", "nodePools", index, "gpu")
+    try:
+        return get_gpu(data["cluster"]["nodePools"][index]["gpu"])
+    except CatalogError as exc:
+        line, col = loaded.position(at) if loaded is not None else (None, None)
+        raise CatalogError(exc.message, source=loaded.source if loaded is not None else "",
+                           line=line, column=col, field=format_path(at)) from None
+
+
+def from_data(data: dict[str, Any], *, base_dir: Path = Path("."), loaded: Loaded | None = None
               ) -> Spec:
-    """Dataclasses from schema-valid spec data (no validation here; see load_spec)."""
+    """Dataclasses from schema-valid spec data (no validation here; see load_spec); a pool's
+    GPU is resolved in the catalog here, once (`pool_gpu`: an unknown one raises)."""
     pools = []
-    for p in data["cluster"]["nodePools"]:
+    for i, p in enumerate(data["cluster"]["nodePools"]):
         topo = None
         if "topology" in p:
             t = p["topology"]
-            topo = Topology(file=(base_dir / t["file"]) if "file" in t else None,
+            topo = TopologySource(file=(base_dir / t["file"]) if "file" in t else None,
                             label=t.get("label"))
-        pools.append(NodePool(p["name"], p["gpu"], p["gpusPerNode"], p["nodes"],
+        pools.append(NodePool(p["name"], pool_gpu(data, i, loaded), p["gpusPerNode"], p["nodes"],
                               bool(p.get("mig", False)), topo, p.get("pricePerGpuHour"),
                               tuple(sorted((p.get("nodeSelector") or {}).items())),
                               p.get("groupDomainLabel"),

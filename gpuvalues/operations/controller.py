@@ -36,7 +36,8 @@ from gpuvalues.operations.kubeapi import MAX_LIST_BYTES, MAX_OBJECT_BYTES, answe
 from gpuvalues.operations.lease import BREAKER_ANNOTATION, LeaseElector
 from gpuvalues.operations.metrics import Metrics, serve_metrics
 from gpuvalues.operations.remediation import (CONDITION_TYPE, MAX_REASON, RESET_LABEL, TAINT_EFFECT, TAINT_KEY,
-                                              NodeView, Record, State, Taint, clip, step)
+                                              NodeView, Record, State, clip, step)
+from gpuvalues.planners.scheduling.inventory import Taint
 from gpuvalues.operations.signals import (PrometheusError, Prometheus, evidence_from_results, faults_from_results,
                                           node_faults)
 

@@ -387,12 +387,7 @@ def _check_node_side(ctx: _Ctx) -> None:
     daemonsets = {part: _platform_ds(ctx, comp) for part, comp in mine.items()}
     for g in layout.node_groups:
         pool = fleet.spec.pool(g.pool)
-        try:
-            from gpuvalues import catalog
-            gpu = catalog.get_gpu(pool.gpu)
-        except Exception:      # an unknown GPU: the fleet's own finding says so
-            continue
-        want_labels, want_alloc, _, _, _ = group_node(pool, gpu, g, layout)
+        want_labels, want_alloc, _, _, _ = group_node(pool, g, layout)
         for obj, node in by_group.get(g.name, ()):
             ref = _ref("Node", obj)
             labels = node.labels

@@ -47,6 +47,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
+# a node taint, the one class the scheduler model (fit, doctor) and this controller share
+from gpuvalues.planners.scheduling.inventory import Taint
+
 PREFIX = "remediation.gpu-inference.io"
 TAINT_KEY = f"{PREFIX}/gpu-unhealthy"
 TAINT_EFFECT = "NoSchedule"
@@ -96,13 +99,6 @@ MAX_EVICTED = 200          # pod UIDs remembered per drain
 MAX_HISTORY = 20           # quarantine times remembered (flap damping)
 MAX_RECORD_CHARS = 64 * 1024
 MAX_SINCE = 1e11           # unix seconds (year 5138): a bigger `since` is not a time
-
-
-@dataclass(frozen=True)
-class Taint:
-    key: str
-    effect: str
-    value: str = ""
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,7 @@ def fleet_gpu_nodes(fleet) -> list[tuple[str, object, dict, dict]]:
                 if plugin else ""
             mig = {str(i): [p for p, n in sorted(d.items()) for _ in range(n)]
                    for i, d in enumerate(g.mig_devices or ()) if d}
-            hardware = ol.hardware_for_gpu(pool.gpu, pool.gpus_per_node, mig or None)
+            hardware = ol.hardware_for_gpu(pool.gpu.name, pool.gpus_per_node, mig or None)
             # "" (config-manager's empty config, or no plugin): upstream's defaults
             v = ol.device_plugin(configs[name] if name else "version: v1\n", hardware, plugin_env=plugin_env,
                                  plugin_args=plugin_args, gfd_env=gfd_env)

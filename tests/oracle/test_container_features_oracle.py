@@ -42,7 +42,7 @@ def test_each_pool_gets_its_own_container_features():
     got = {}
     for g in fleet.layout.node_groups:
         cfg = fleet.layout.device_plugin_configs[g.device_plugin_config]
-        hw = ol.hardware_for_gpu(pools[g.pool].gpu, pools[g.pool].gpus_per_node)
+        hw = ol.hardware_for_gpu(pools[g.pool].gpu.name, pools[g.pool].gpus_per_node)
         got[g.pool] = injected_env(yaml.safe_dump(dict(cfg)), hw)
     first, second = (p["name"] for p in doc["cluster"]["nodePools"])
     assert got == {first: {"NVIDIA_GDS": "enabled", "NVIDIA_MOFED": "enabled"}, second: {}}, got

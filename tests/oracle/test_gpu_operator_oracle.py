@@ -45,7 +45,7 @@ def _checks(fleet, objs):
     for g in fleet.layout.node_groups:
         pool = pools[g.pool]
         mig = {str(i): [p for p, n in sorted(d.items()) for _ in range(n)] for i, d in enumerate(g.mig_devices or ()) if d}
-        hw = ol.hardware_for_gpu(pool.gpu, pool.gpus_per_node, mig or None)
+        hw = ol.hardware_for_gpu(pool.gpu.name, pool.gpus_per_node, mig or None)
         name = g.labels.get(CONFIG_LABEL) or dp.get("default", "")
         wants = {place[w].resource for w in g.workloads if place[w].mode != "dra"}
         where = f"node group {g.name}, config {name!r}"

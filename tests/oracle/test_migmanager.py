@@ -43,7 +43,7 @@ def test_mig_parted_applies_the_plan(example, tmp_path):
         if not selected:
             continue
         pool = pools[g.pool]
-        hw = ol.hardware_for_gpu(pool.gpu, pool.gpus_per_node)
+        hw = ol.hardware_for_gpu(pool.gpu.name, pool.gpus_per_node)
         rc, out = _apply(config, selected, hw, tmp_path)
         assert rc == 0, (g.name, out)
         got = nodeagent.apply_mig(hw, out["gpus"]).get("mig") or {}

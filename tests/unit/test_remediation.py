@@ -11,7 +11,8 @@ from gpuvalues.operations import drain, signals
 import json
 
 from gpuvalues.operations.remediation import (ANN_RECORD, ANN_STATE, CONDITION_TYPE, TAINT_KEY, BadRecord, Config, Fault,
-                                              NodeView, Record, State, Taint, foreign_holder, step, step_node)
+                                              NodeView, Record, State, foreign_holder, step, step_node)
+from gpuvalues.planners.scheduling.inventory import Taint
 
 XID = Fault("xid", "Xid 79 on GPU 0")
 WARN = Fault("exporter-missing", "no series", actionable=False)

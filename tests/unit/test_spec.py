@@ -39,7 +39,7 @@ def test_minimal_spec_defaults():
     spec = spec_from_text(MINIMAL, "s.yaml")
     assert isinstance(spec, Spec)
     pool = spec.node_pools[0]
-    assert (pool.name, pool.gpu, pool.gpus_per_node, pool.nodes, pool.mig, pool.gpus) == \
+    assert (pool.name, pool.gpu.name, pool.gpus_per_node, pool.nodes, pool.mig, pool.gpus) == \
         ("a100", "A100-80GB", 8, 2, False, 16)
     w = spec.workloads[0]
     assert (w.server, w.tensor_parallel, w.gpus, w.memory_gb, w.sharing) == \

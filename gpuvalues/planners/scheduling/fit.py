@@ -102,8 +102,9 @@ class PodShape:
 
 
 @dataclass(frozen=True)
-class Workload:
-    """A controller (or bare pod) and the replica range fit checks."""
+class ManifestWorkload:
+    """A controller (or bare pod) found in rendered manifests and the replica range fit
+    checks; the spec's workload is `fleet.spec.Workload`."""
 
     kind: str
     namespace: str
@@ -342,7 +343,7 @@ def _anti_affinity_terms(pod_spec: Mapping, where: str, warnings: list[str]) -> 
     return tuple(terms)
 
 
-def workloads_from_manifests(objects: Sequence[Mapping]) -> tuple[list[Workload], list[str], list[str]]:
+def workloads_from_manifests(objects: Sequence[Mapping]) -> tuple[list[ManifestWorkload], list[str], list[str]]:
     """Workloads with their replica range, plus skipped objects and warnings.
 
     A malformed object (a list where a map belongs, a non-number replica count) is a
@@ -370,7 +371,7 @@ _WRONG_TYPE = ("malformed {what}: a field holds the wrong type (a list where a m
                "where a number belongs, or the like); render it with helm or kubectl first")
 
 
-def _workloads_from_manifests(objects: Sequence[Mapping]) -> tuple[list[Workload], list[str], list[str]]:
+def _workloads_from_manifests(objects: Sequence[Mapping]) -> tuple[list[ManifestWorkload], list[str], list[str]]:
     priorities = {o["metadata"]["name"]: int(o.get("value", 0)) for o in objects
                   if isinstance(o, Mapping) and o.get("kind") == "PriorityClass" and o.get("metadata")}
     scalers: dict[tuple[str, str, str], list[tuple[str, int, int]]] = {}
@@ -451,7 +452,7 @@ def _workloads_from_manifests(objects: Sequence[Mapping]) -> tuple[list[Workload
         if ((pod_spec.get("affinity") or {}).get("podAffinity") or {}).get(
                 "requiredDuringSchedulingIgnoredDuringExecution"):
             warnings.append(f"{where} has required pod affinity; fit ignores it")
-        workloads.append(Workload(kind=kind, namespace=ns, name=meta.get("name"), shape=shape,
+        workloads.append(ManifestWorkload(kind=kind, namespace=ns, name=meta.get("name"), shape=shape,
                                   min_replicas=lo, max_replicas=hi, scaled_by=scaled_by,
                                   priority=priorities.get(pod_spec.get("priorityClassName"),
                                                           int(pod_spec.get("priority", 0) or 0)),
@@ -599,7 +600,7 @@ def _term_matches(term: tuple, pod_labels: Mapping[str, str], pod_ns: str, owner
 class _Cluster:
     """Free resources and placed pods per node; first-fit placement per workload."""
 
-    def __init__(self, inventory: Inventory, workloads: Sequence[Workload]):
+    def __init__(self, inventory: Inventory, workloads: Sequence[ManifestWorkload]):
         self.nodes = list(inventory.nodes)  # sorted by name
         self.workloads = workloads
         self.free = [{**n.allocatable, DRA_GPU_CLASS: dra_gpus(n)} for n in self.nodes]
@@ -782,7 +783,7 @@ class _Cluster:
         return total
 
 
-def _simulate(name: str, workloads: Sequence[Workload], inventory: Inventory, counts: Sequence[int]) -> Scenario:
+def _simulate(name: str, workloads: Sequence[ManifestWorkload], inventory: Inventory, counts: Sequence[int]) -> Scenario:
     cluster = _Cluster(inventory, workloads)
     placed = [dict() for _ in workloads]
     scheduled = [0] * len(workloads)
