@@ -271,6 +271,16 @@ class NodeAgents:
                 self.errors.pop(r.where, None)          # its pod is gone: so is what it failed at
 
     def _kill(self, r: _Running) -> None:
+        # the kubelet's device manager on a plugin that goes away (pkg/kubelet/cm/devicemanager
+        # manager.go PluginDisconnected -> markResourceUnhealthy): its devices are unhealthy,
+        # allocatable 0 (capacity kept for the grace period); what a plugin pod already running
+        # on the node in its place publishes is its own
+        served = {k for x in self.running.values() if x is not r and x.agent == "device-plugin"
+                  and x.node == r.node for k in x.owned}
+        gone = sorted(r.owned - served) if r.agent == "device-plugin" else []
+        if gone:
+            self.cluster.kubectl("patch", "node", r.node, "--subresource=status", "--type=merge", "-p",
+                                 json.dumps({"status": {"allocatable": {k: "0" for k in gone}}}), check=False)
         if r.agent == "dra-kubelet-plugin":
             # the kubelet wipes an unregistered DRA driver's ResourceSlices
             # (pkg/kubelet/cm/dra/plugin: after its grace period; at once here)

@@ -215,9 +215,16 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         # the nodes whose group selects a renamed config re-read it (the emulator's config-manager, as
         # upstream, or the restarted pod): doctor must name exactly the nodes that then
         # advertise nvidia.com/gpu where gpu.shared belongs, as the API server shows them
+        # every node whose own config is renamed loses gpu.shared (the one whose plugin pod is
+        # deleted, as the kubelet marks a gone plugin's devices; the others when their plugin
+        # re-reads the ConfigMap), each on its own agent tick: doctor is polled until it names
+        # all of them, not the moment it names the first
+        renamed = {f"Node/{n}" for n in nodes
+                   if "renameByDefault: true" in original[kube.nodes()[n]["metadata"]["labels"][dp_label]]}
+        assert renamed, original
         t = time.monotonic()
         set_dp_config(unrenamed)
-        rep = settle("resource name mismatch: DR006", {"DR006"}, timeout=120)
+        rep = settle("resource name mismatch: DR006", {"DR006"}, timeout=120, objects=renamed)
         live = kube.nodes()
         lacking = {f"Node/{n}" for n in nodes if not int(live[n]["status"]["allocatable"].get("nvidia.com/gpu.shared", 0))}
         assert lacking and {f["object"] for f in rep["findings"]} == lacking, (_codes(rep), lacking)
