@@ -1,14 +1,17 @@
 """Talking to the Kubernetes API server, for everything in operations/ (the remediation
 controller, drains, MIG rollouts): a client from a kubeconfig read through the project's
 safe reader, a deadline on every request, and a size cap plus a whole-read deadline on
-every answer read (`read_json`).
+every answer read (`read_json`), error answers (4xx/5xx) included.
 
 The kubernetes client has no timeout by default (a request can wait forever) and reads an
 answer whole, whatever its size. Here every request gets a connect and a per-read timeout
 (`with_deadlines`), and answers are read unpreloaded (`_preload_content=False`) through
 `read_json`, a bounded number of bytes, one socket read at a time, against a deadline for
 the whole body: an API server (or a proxy in front of it) that sends one byte every few
-seconds is cut off at the deadline, not at the end of the answer.
+seconds is cut off at the deadline, not at the end of the answer. An error answer (4xx/5xx)
+is read by the client itself (`ApiException` takes the whole body); `with_deadlines` reads
+it first, at most `MAX_ERROR_BYTES` within the request's read timeout, and hands the client
+only that (the status line, hence `ApiException.status` and `.reason`, is kept whole).
 """
 from __future__ import annotations
 
@@ -25,6 +28,10 @@ MAX_OBJECT_BYTES = 8 * 2**20
 # A LIST: ~50,000 nodes or ~100,000 pods of the size kwok/real kubelets report.
 MAX_LIST_BYTES = 256 * 2**20
 READ_CHUNK = 256 * 2**10
+# An error answer is a Status object (apimachinery metav1.Status: a message of a few hundred
+# bytes; an admission webhook's denial a few KiB). Past this it is cut: what callers read
+# from it (the Status message) is then unparsed and they fall back to the reason.
+MAX_ERROR_BYTES = 64 * 2**10
 
 
 class AnswerTooLarge(TransientError):
@@ -82,15 +89,65 @@ def _close(resp: Any) -> None:
         close()
 
 
-def with_deadlines(api: Any, timeout_s: float) -> Any:
-    """Give every request of `api` (an ApiClient) a connect and read timeout."""
+def _bounded_error_body(raw: Any, limit: int, timeout_s: float) -> bytes:
+    """At most `limit` bytes of an error answer's body, read within `timeout_s`; the
+    connection is closed when the body is cut (its rest is never read), released when whole.
+    A body that is no usable JSON Status (cut, or nested past what `json` parses) is kept
+    as text; one `json` cannot parse for depth is dropped (callers parse it)."""
+    from urllib3.exceptions import HTTPError
+
+    end = time.monotonic() + timeout_s
+    read: Callable[[int], bytes] = getattr(raw, "read1", None) or raw.read
+    parts: list[bytes] = []
+    size, whole = 0, False
+    try:
+        while size < limit and time.monotonic() < end:
+            chunk = read(min(READ_CHUNK, limit - size))
+            if not chunk:
+                whole = True
+                break
+            parts.append(chunk)
+            size += len(chunk)
+    except (OSError, HTTPError):       # cut off: what arrived is what there is
+        pass
+    if whole:
+        release = getattr(raw, "release_conn", None)
+        if release is not None:
+            release()
+    else:
+        _close(raw)
+    body = b"".join(parts)[:limit]
+    try:
+        json.loads(body)
+    except RecursionError:
+        return b""
+    except ValueError:
+        pass
+    # a cut inside a UTF-8 sequence would make the client drop the body (it decodes strictly)
+    return body.decode("utf-8", "ignore").encode()
+
+
+def with_deadlines(api: Any, timeout_s: float, max_error_bytes: int | None = None) -> Any:
+    """Give every request of `api` (an ApiClient) a connect and read timeout, and bound the
+    body of every error answer (4xx/5xx) to `max_error_bytes` (default MAX_ERROR_BYTES)
+    read within the read timeout, before the client reads it whole into its ApiException."""
     rest = api.rest_client
     orig = rest.request
 
     def request(*args: Any, **kw: Any) -> Any:
         if kw.get("_request_timeout") is None:
             kw["_request_timeout"] = (min(5.0, timeout_s), timeout_s)
-        return orig(*args, **kw)
+        resp = orig(*args, **kw)
+        status = getattr(resp, "status", None)
+        raw = getattr(resp, "response", None)
+        if isinstance(status, int) and not 200 <= status <= 299 and raw is not None \
+                and getattr(resp, "data", b"") is None:
+            t = kw["_request_timeout"]
+            read_s = float(t[1] if isinstance(t, tuple) else t)
+            # kubernetes.client.rest.RESTResponse.read() returns `data` once it is set
+            resp.data = _bounded_error_body(raw, MAX_ERROR_BYTES if max_error_bytes is None else max_error_bytes,
+                                            read_s)
+        return resp
 
     rest.request = request
     return api

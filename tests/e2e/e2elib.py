@@ -161,29 +161,25 @@ def prerequisites(values: Mapping, namespace: str) -> list[dict]:
     return objs
 
 
-def dra_objects(nodes: list[Mapping], device_class: str) -> list[dict]:
-    """What the NVIDIA DRA driver would publish (it cannot run here): the DeviceClass and
-    one ResourceSlice per GPU node, one device per GPU (the device plugin's count, or
-    GFD's nvidia.com/gpu.count where no device plugin runs), with the productName
-    attribute. The scheduler's DRA allocator that consumes them is the real one."""
-    driver = "gpu.nvidia.com"
-    objs = [{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": device_class},
-             "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{driver}'"}}]}}]
-    for n in nodes:
-        labels = n["metadata"].get("labels", {})
-        gpus = int(n["status"]["allocatable"].get("nvidia.com/gpu", 0) or labels.get("nvidia.com/gpu.count", 0))
-        if not gpus:
-            continue
-        name = n["metadata"]["name"]
-        objs.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-                     "metadata": {"name": f"{name}-{driver}"},
-                     "spec": {"driver": driver, "nodeName": name,
-                              "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
-                              "devices": [{"name": f"gpu-{i}", "attributes": {
-                                  "productName": {"string": labels.get("nvidia.com/gpu.product", "")},
-                                  "type": {"string": "gpu"}, "index": {"int": i}},
-                                  "capacity": {"memory": {"value": "80Gi"}}} for i in range(gpus)]}})
-    return objs
+def dra_objects(nodes: list[Mapping], device_class: str, tmp: Path) -> list[dict]:
+    """What NVIDIA's DRA driver publishes on the session fleet, from the one source the day-1
+    node agents use (tests/e2e/nodeagent.py): its DeviceClass as the driver's chart installs
+    it (day1lib.dra_driver_objects) and, for each live GPU node of tests/e2e/hardware.yaml
+    whose GPUs are not in MIG mode, the ResourceSlice the emulated kubelet plugin builds from
+    the oracle's reading of that node's mock GPUs (nodeagent.dra_driver_slices). The driver
+    itself cannot run here (nodeagent.py says why); the scheduler's DRA allocator that
+    consumes them is the real one. The slices get fixed names (the driver's resourceslice
+    controller generates them) so that the test can apply and delete them."""
+    from tests.e2e import day1lib, nodeagent
+
+    [dc] = [o for o in day1lib.dra_driver_objects() if o["kind"] == "DeviceClass"]
+    assert dc["metadata"]["name"] == device_class, (dc["metadata"]["name"], device_class)
+    hardware = nodeagent.hardware_yaml_nodes()
+    live = {n["metadata"]["name"]: n["metadata"]["uid"] for n in nodes if n["metadata"]["name"] in hardware}
+    slices = nodeagent.dra_driver_slices({n: (uid, hardware[n]) for n, uid in live.items()}, tmp)
+    for s in slices:
+        s["metadata"]["name"] = s["metadata"].pop("generateName").rstrip("-")
+    return [dc, *slices]
 
 
 def start_prometheus(cluster, prometheus_bin: str, workdir: Path, job: str, target_port: int, *,

@@ -44,8 +44,9 @@ volumes), and writes what the real agent writes:
   (pending, then success or failed).
 
 A DaemonSet that does not schedule on a node does nothing there; a pod that stops stops
-its effect: nothing it wrote is refreshed (a process it ran is stopped). Every failure of
-an agent (upstream's own error) is kept in `errors` for the test to report.
+its effect: nothing it wrote is refreshed (a process it ran is stopped). An agent's failure
+(upstream's own error, or a call it makes failing) is kept in `errors` for the test to
+report until that agent next succeeds or its pod goes; each agent is retried every tick.
 
 Not emulated (said where it matters): the nfd-worker's periodic re-discovery (the mock
 PCI devices never change) and GFD's features.d file output (useNodeFeatureAPI false: its
@@ -185,6 +186,7 @@ class _Running:
     done: bool = False
     owned: set = field(default_factory=set)      # resource names it published
     thread: "MigManager | None" = None
+    where: str = ""                               # its key in NodeAgents.errors
 
 
 class NodeAgents:
@@ -232,6 +234,7 @@ class NodeAgents:
         while not self._stop.is_set():
             try:
                 self.tick()
+                self.errors.pop("emulator", None)    # a failed list is retried, as a kubelet's watch is
             except Exception as e:
                 self.errors["emulator"] = repr(e)
             self._stop.wait(self.interval)
@@ -263,9 +266,21 @@ class NodeAgents:
         with self.lock:
             gone = [k for k in self.running if k not in seen]
             for k in gone:
-                self._kill(self.running.pop(k))
+                r = self.running.pop(k)
+                self._kill(r)
+                self.errors.pop(r.where, None)          # its pod is gone: so is what it failed at
 
     def _kill(self, r: _Running) -> None:
+        # the kubelet's device manager on a plugin that goes away (pkg/kubelet/cm/devicemanager
+        # manager.go PluginDisconnected -> markResourceUnhealthy): its devices are unhealthy,
+        # allocatable 0 (capacity kept for the grace period); what a plugin pod already running
+        # on the node in its place publishes is its own
+        served = {k for x in self.running.values() if x is not r and x.agent == "device-plugin"
+                  and x.node == r.node for k in x.owned}
+        gone = sorted(r.owned - served) if r.agent == "device-plugin" else []
+        if gone:
+            self.cluster.kubectl("patch", "node", r.node, "--subresource=status", "--type=merge", "-p",
+                                 json.dumps({"status": {"allocatable": {k: "0" for k in gone}}}), check=False)
         if r.agent == "dra-kubelet-plugin":
             # the kubelet wipes an unregistered DRA driver's ResourceSlices
             # (pkg/kubelet/cm/dra/plugin: after its grace period; at once here)
@@ -281,7 +296,7 @@ class NodeAgents:
                 r.proc.kill()
 
     def _run(self, r: _Running, pod: Mapping, c: Mapping, node: Mapping) -> None:
-        where = f"{r.agent} {pod['metadata']['namespace']}/{pod['metadata']['name']} on {r.node}"
+        where = r.where = f"{r.agent} {pod['metadata']['namespace']}/{pod['metadata']['name']} on {r.node}"
         try:
             if r.agent == "nfd-worker":
                 self._nfd_worker(r, pod, c)
@@ -296,6 +311,12 @@ class NodeAgents:
             self.errors.pop(where, None)
         except AgentError as e:
             self.errors[where] = str(e)
+        except (subprocess.SubprocessError, OSError, RuntimeError, ValueError) as e:
+            # a call the agent makes failing once (kubectl against a loaded API server, an
+            # oracle run past its timeout): that agent's error, retried next tick like an
+            # AgentError; it used to abort the whole tick and stay in `errors` for good
+            # under "emulator", failing a test whose agents had all recovered
+            self.errors[where] = f"{e.__class__.__name__}: {e}"
 
     # --- the pod's files ---------------------------------------------------------------
 
@@ -440,21 +461,7 @@ class NodeAgents:
         r.last_input, r.last_hw, r.last_run = key, hw_key, time.monotonic()
 
     def _oracle_run(self, req: dict, config_text: str | None) -> dict:
-        tmp = self.workdir / "oracle"
-        tmp.mkdir(exist_ok=True)
-        if config_text is not None:
-            path = tmp / f"config-{hashlib.sha256(config_text.encode()).hexdigest()[:12]}.yaml"
-            path.write_text(config_text)
-            req["configFile"] = str(path)
-        proc = subprocess.run([str(self._oracle)], input=json.dumps(req), capture_output=True, text=True,
-                              timeout=60, env={**os.environ, "TMPDIR": str(tmp)})
-        try:
-            out = json.loads(proc.stdout)
-        except json.JSONDecodeError:
-            raise AgentError(f"oracle printed no JSON (rc {proc.returncode}): {proc.stderr[-800:]}") from None
-        if proc.returncode:
-            raise AgentError(f"{out.get('component')}: {out.get('error')}")
-        return out
+        return oracle_run(self._oracle, req, config_text, self.workdir / "oracle")
 
     def _publish_resources(self, r: _Running, resources: Mapping[str, int]) -> None:
         """The kubelet's device manager: each plugin's resource with its device count in
@@ -500,16 +507,13 @@ class NodeAgents:
         hw = self.nodes[r.node].hardware
         if not hw:
             raise AgentError("gpu-kubelet-plugin: error creating driver: NVML not found")
-        gpus = self._oracle_run({"hardware": hw, "dra": {}}, None)["dra"]["gpus"]
-        if any(g["migEnabled"] for g in gpus):
-            raise AgentError("gpu-kubelet-plugin: MIG devices are not emulated (the DRA fleets claim whole GPUs)")
-        obj = dra_resource_slice(env["NODE_NAME"], node["metadata"]["uid"], gpus)
+        obj = dra_resource_slice(env["NODE_NAME"], node["metadata"]["uid"], dra_gpus(self._oracle, hw, self.workdir / "oracle"))
         res = self.cluster.kubectl("create", "-o", "name", "-f", "-", input=json.dumps(obj), check=False)
         if res.returncode:
             raise AgentError(f"gpu-kubelet-plugin: error publishing resources: {res.stderr.strip()}")
         r.owned.add(res.stdout.strip().split("/", 1)[-1])
         r.done = True
-        self.log.append(f"dra-kubelet-plugin on {r.node}: {len(gpus)} devices published")
+        self.log.append(f"dra-kubelet-plugin on {r.node}: {len(obj['spec']['devices'])} devices published")
 
     # --- mig-manager -------------------------------------------------------------------
 
@@ -658,6 +662,50 @@ def apply_mig(hw: Mapping, gpus: list[dict]) -> dict:
            for i, g in enumerate(gpus) if g["migEnabled"]}
     if mig:
         out["mig"] = mig
+    return out
+
+
+def oracle_run(oracle: Path, req: dict, config_text: str | None, tmp: Path) -> dict:
+    """One run of the oracle (ci/oracle/deviceplugin: upstream's code over the mock NVML) on
+    `req`, with `config_text` as its config file; AgentError carries upstream's error."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    if config_text is not None:
+        path = tmp / f"config-{hashlib.sha256(config_text.encode()).hexdigest()[:12]}.yaml"
+        path.write_text(config_text)
+        req["configFile"] = str(path)
+    proc = subprocess.run([str(oracle)], input=json.dumps(req), capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "TMPDIR": str(tmp)})
+    try:
+        out = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise AgentError(f"oracle printed no JSON (rc {proc.returncode}): {proc.stderr[-800:]}") from None
+    if proc.returncode:
+        raise AgentError(f"{out.get('component')}: {out.get('error')}")
+    return out
+
+
+def dra_gpus(oracle: Path, hw: Mapping, tmp: Path) -> list[dict]:
+    """The NVIDIA DRA driver's reading of a node's GPUs (cmd/gpu-kubelet-plugin/nvlib.go
+    getGpuInfo, run in the oracle over the node's mock NVML: ci/oracle/deviceplugin/dra.go);
+    whole GPUs only (AgentError for a MIG-enabled one: not emulated)."""
+    gpus = oracle_run(oracle, {"hardware": dict(hw), "dra": {}}, None, tmp)["dra"]["gpus"]
+    if any(g["migEnabled"] for g in gpus):
+        raise AgentError("gpu-kubelet-plugin: MIG devices are not emulated (the DRA fleets claim whole GPUs)")
+    return gpus
+
+
+def dra_driver_slices(nodes: Mapping[str, tuple[str, Mapping]], tmp: Path) -> list[dict]:
+    """The ResourceSlices NVIDIA's DRA driver publishes on `nodes` (name -> (Node uid, mock
+    hardware)), built exactly as the emulated kubelet plugin builds them (dra_gpus,
+    dra_resource_slice): the one source of DRA devices in the e2e tests. MIG-enabled nodes
+    are left out (the emulated driver refuses them)."""
+    from tests.oracle import oraclelib as ol
+    oracle = ol.ensure_built()
+    out = []
+    for name, (uid, hw) in sorted(nodes.items()):
+        if not hw or hw.get("mig"):
+            continue
+        out.append(dra_resource_slice(name, uid, dra_gpus(oracle, hw, tmp)))
     return out
 
 

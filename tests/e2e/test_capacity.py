@@ -39,6 +39,17 @@ def test_extra_pods_pending_as_fit_predicts(kube, namespace, inventory, case):
     sel = e2elib.selector_string(dep["spec"]["selector"]["matchLabels"])
     total = sum(c["running"].values()) + c["pending"]
 
+    # The fleet is the session's: an earlier module's pods may still be terminating on these
+    # nodes (a namespace deleted with --wait=false), holding the GPUs counted above. Wait
+    # until none holds this resource there, so the counts below are this test's alone.
+    def others_on_nodes():
+        return [f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+                for p in kube.json("get", "pods", "-A")["items"]
+                if p["spec"].get("nodeName") in c["running"] and p["status"].get("phase") in ("Pending", "Running")
+                and any(c["resource"] in (x.get("resources", {}).get("limits") or {})
+                        for x in p["spec"].get("containers", []))]
+    kube.wait(f"no other pod holding {c['resource']} on {sorted(c['running'])}", lambda: not others_on_nodes(),
+              timeout=120)
     kube.helm("install", release, str(CHART), "-n", namespace, values=c["values"])
 
     def settled():

@@ -267,7 +267,12 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         # advertise nvidia.com/gpu where gpu.shared belongs (DR006), as the API server shows
         # them, and the nodes whose GFD re-read it while their plugin still serves the old
         # config (GFD's product then carries the -SHARED suffix: DR021; new pods asking for
-        # the NVIDIA-L4 product would not land there); each names the ConfigMap's drift
+        # the NVIDIA-L4 product would not land there); each names the ConfigMap's drift. Each
+        # node changes on its own agent tick: doctor is polled until its findings and the API
+        # server's nodes agree; only nodes whose own config is renamed may be named
+        renamed = {f"Node/{n}" for n in nodes
+                   if "renameByDefault: true" in original[kube.nodes()[n]["metadata"]["labels"][dp_label]]}
+        assert renamed, original
         t = time.monotonic()
         set_dp_config(unrenamed)
         product = "nvidia.com/gpu.product"
@@ -286,6 +291,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         except AssertionError:
             raise AssertionError(f"resource name mismatch: doctor found {_codes(_doctor(kubeconfig, prom)[1])}") from None
         assert all(dp_cm["metadata"]["name"] in f["message"] for f in rep["findings"]), rep["findings"]
+        assert {f["object"] for f in rep["findings"]} <= renamed, (_codes(rep), renamed)
         d = tmp_path / "dump-DR006"
         _doctor(kubeconfig, prom, "--dump-to", str(d))
         rc, dumped = _doctor(kubeconfig, None, "--dump", str(d))
@@ -324,7 +330,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         restarts: list[str] = []
         t = time.monotonic()
         set_rules(without)
-        rep = settle("adapter rule missing: DR009", {"DR009"}, timeout=150)
+        rep = settle("adapter rule missing: DR009", {"DR009"}, timeout=150, objects=hpa_objs)
         assert {f["object"] for f in rep["findings"]} == hpa_objs, _codes(rep)
         set_rules(cm["data"]["config.yaml"])
         settle("adapter rule restored", set(), timeout=150)
@@ -345,7 +351,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
                                            honor_labels=False, name="prometheus-exported",
                                            labels={"namespace": ns, "pod": "scrape-target-0"})
         t = time.monotonic()
-        rep = settle("series labelled exported_pod: DR011", {"DR011"}, prometheus=prom2)
+        rep = settle("series labelled exported_pod: DR011", {"DR011"}, prometheus=prom2, objects=hpa_objs)
         assert {f["object"] for f in rep["findings"]} == hpa_objs, _codes(rep)
         broken.append(("DR011", "exported_pod labels", round(time.monotonic() - t, 1)))
         # 7. the series absent: a Prometheus that scrapes an exporter serving none of the
@@ -357,7 +363,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
             _, prom3 = e2elib.start_prometheus(kube.cluster, prometheus_bin, tmp_path / "p3", "fleet", other.port,
                                                name="prometheus-other")
             t = time.monotonic()
-            rep = settle("series absent: DR010", {"DR010"}, prometheus=prom3)
+            rep = settle("series absent: DR010", {"DR010"}, prometheus=prom3, objects=hpa_objs)
             assert {f["object"] for f in rep["findings"]} == hpa_objs, _codes(rep)
             broken.append(("DR010", "series absent", round(time.monotonic() - t, 1)))
         finally:
@@ -436,7 +442,7 @@ def test_doctor_names_each_broken_link(day1, tmp_path, prometheus_bin):  # noqa:
         # (checked last: reinstalling re-pins)
         t = time.monotonic()
         kube.helm("uninstall", r0.name, "-n", r0.namespace)
-        rep = settle("a release uninstalled: DR001", {"DR001"})
+        rep = settle("a release uninstalled: DR001", {"DR001"}, objects={f"Release/{r0.namespace}/{r0.name}"})
         assert _codes(rep) == [("DR001", f"Release/{r0.namespace}/{r0.name}")], _codes(rep)
         broken.append(("DR001", "release missing", round(time.monotonic() - t, 1)))
         print(f"\ndoctor e2e: {len(broken)} links broken and named in {time.monotonic() - t0:.1f} s: {broken}")

@@ -179,7 +179,7 @@ def check_hpas(fc, prometheus_bin: str, tmp_path, pods: dict, want: dict, *, ada
             return True if all(v is True for v in got.values()) else None
 
         try:
-            e2elib.wait(f"every HPA ({len(hpa_workloads)}) reading its metric", every_hpa, timeout=90, interval=1)
+            e2elib.wait(f"every HPA ({len(hpa_workloads)}) reading its metric", every_hpa, timeout=180, interval=1)
         except AssertionError:
             raise AssertionError("HPAs not reading their metrics: " + repr(
                 {r.workload: hpa_reads(r) for r in hpa_workloads}) + "\nadapter log:\n"
@@ -203,7 +203,7 @@ def check_hpas(fc, prometheus_bin: str, tmp_path, pods: dict, want: dict, *, ada
                     c["type"] == "ScalingActive" and c["status"] == "True"
                     for c in got["llama-70b"][0] or [])
             e2elib.wait("llama-70b's HPA without a metric once its rule is gone, the others reading",
-                          only_vllm_unserved, timeout=60, interval=1)
+                          only_vllm_unserved, timeout=120, interval=1)
 
 
 def test_negative_control_group_without_device_plugin_config_stays_pending(fleet_cluster):
@@ -242,7 +242,7 @@ def test_negative_control_group_without_device_plugin_config_stays_pending(fleet
 
     try:
         got = e2elib.wait("every phi-mini pod Unschedulable, qwen-3b Running at max",
-                            settled, timeout=60)
+                            settled, timeout=150)
     except AssertionError:
         raise AssertionError(f"negative control did not settle: {settled.last}") from None
     assert not any(p["spec"].get("nodeName") for p in got["phi-mini"])

@@ -115,10 +115,14 @@ def test_hpa_scales_on_gpu_metric_through_real_adapter(kube, namespace, promethe
         assert want > lo
         kube.wait(f"the HPA scaling {name} to {want}", lambda: kube.json(
             "get", "deployment", name, "-n", namespace)["spec"]["replicas"] >= want, timeout=90, interval=1)
-        events = kube.kubectl("get", "events", "-n", namespace, "--field-selector",
-                              f"involvedObject.name={hpa['metadata']['name']},reason=SuccessfulRescale",
-                              "-o", "json").stdout
-        assert any(METRIC in e["message"] for e in json.loads(events)["items"]), events
+        # the HPA controller records the Event after the scale update, through its
+        # asynchronous event broadcaster: waited for, not read the moment the replicas change
+        def rescaled():
+            events = kube.kubectl("get", "events", "-n", namespace, "--field-selector",
+                                  f"involvedObject.name={hpa['metadata']['name']},reason=SuccessfulRescale",
+                                  "-o", "json").stdout
+            return [e["message"] for e in json.loads(events)["items"] if METRIC in e["message"]]
+        kube.wait(f"a SuccessfulRescale Event naming {METRIC}", rescaled, timeout=60)
     finally:
         for p in reversed(procs):
             cluster.terminate(p)

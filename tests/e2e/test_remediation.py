@@ -253,9 +253,12 @@ def test_xid_quarantines_drains_through_pdb_and_recovers_only_leader_acts(kube, 
         assert took <= 2 * SYNC + 1.0, f"quarantined {took:.1f}s after the Xid was in Prometheus (> 2 sync periods)"
         n = node(kube, bad)
         assert any(t["key"] == TAINT_KEY and t["effect"] == "NoSchedule" for t in n["spec"]["taints"])
-        assert any(c["type"] == CONDITION_TYPE and c["status"] == "True" for c in n["status"]["conditions"]), \
-            n["status"]["conditions"]
-        assert any(e["involvedObject"]["name"] == bad for e in controller_events(kube, "GpuNodeQuarantined"))
+        # the condition and the Event come after the taint in the same sync: waited for, not read at once
+        kube.wait("our Node condition True", lambda: any(
+            c["type"] == CONDITION_TYPE and c["status"] == "True"
+            for c in node(kube, bad)["status"].get("conditions", [])), timeout=30)
+        kube.wait("the GpuNodeQuarantined Event", lambda: any(
+            e["involvedObject"]["name"] == bad for e in controller_events(kube, "GpuNodeQuarantined")), timeout=30)
 
         # Drained through the PDB: both pods evicted, replacements Ready on the healthy nodes,
         # never fewer Ready than minAvailable (2 replicas - maxUnavailable 1).
@@ -276,7 +279,9 @@ def test_xid_quarantines_drains_through_pdb_and_recovers_only_leader_acts(kube, 
         assert ours and {e["reportingInstance"] for e in ours} == {"a"}
         assert rem.sample("a", "gpu_remediation_leader") == 1 and rem.sample("b", "gpu_remediation_leader") == 0
         assert rem.sample("b", 'gpu_remediation_syncs_total{result="ok"}') == 0
-        assert rem.sample("a", 'gpu_remediation_nodes{state="drained"}') == 1
+        # the gauge is set at the end of the sync that wrote the state: waited for
+        kube.wait("a's gauge counts the drained node",
+                  lambda: rem.sample("a", 'gpu_remediation_nodes{state="drained"}') == 1, timeout=30)
         # its /metrics is valid exposition text for the real promtool
         res = subprocess.run([str(e2elib.TOOLS / "promtool"), "check", "metrics"], input=rem.metrics("a"),
                                      capture_output=True, text=True)
@@ -289,7 +294,9 @@ def test_xid_quarantines_drains_through_pdb_and_recovers_only_leader_acts(kube, 
         n = node(kube, bad)
         assert state(n) == "healthy"
         assert any(t["key"] == GPU for t in n["spec"]["taints"]), "the GPU presence taint is not ours to remove"
-        assert not any(c["type"] == CONDITION_TYPE for c in n["status"].get("conditions", []))
+        # the condition is cleared after the taint in the same sync: waited for
+        kube.wait("our Node condition removed", lambda: not any(
+            c["type"] == CONDITION_TYPE for c in node(kube, bad)["status"].get("conditions", [])), timeout=30)
         # pods may return: scale up, a new replica lands on the recovered node
         kube.kubectl("scale", "deployment", "-n", namespace, "-l", sel, "--replicas=4")
         kube.wait("a replica back on the recovered node", lambda: bad in ready_on(kube, namespace, sel), timeout=60)
@@ -330,9 +337,11 @@ def test_breaker_trips_at_its_limit(kube, namespace, pool, dcgm, tmp_path):
         assert len(tainted) == 2 and set(tainted) <= set(failing), tainted
         [held_back] = [n for n in failing if n not in tainted]
         assert state(node(kube, held_back)) == "suspect"
-        assert rem.sample("a", "gpu_remediation_breaker_trips_total") >= 1
-        assert rem.sample("a", "gpu_remediation_breaker_open") == 1
-        assert any(e["involvedObject"]["name"] == held_back for e in controller_events(kube, "CircuitBreakerOpen"))
+        # the reports of the refusal (gauges at the sync's end, the Event after the writes): waited for
+        kube.wait("a's breaker gauges", lambda: rem.sample("a", "gpu_remediation_breaker_trips_total") >= 1
+                  and rem.sample("a", "gpu_remediation_breaker_open") == 1, timeout=20)
+        kube.wait("the CircuitBreakerOpen Event on the held-back node", lambda: any(
+            e["involvedObject"]["name"] == held_back for e in controller_events(kube, "CircuitBreakerOpen")), timeout=20)
         # Failover: the leader dies; the standby takes the Lease after its duration and
         # resumes from the annotations: the same 2 held, the breaker still closed to the third.
         rem.kill("a", signal.SIGKILL)
@@ -420,7 +429,8 @@ def test_operator_cordon_is_never_undone(kube, namespace, pool, dcgm, tmp_path):
         kube.kubectl("cordon", y)                          # the operator also cordons our node
         time.sleep(2 * SYNC)
         assert not our_taint(node(kube, x)), "acted on a node someone else cordoned"
-        assert any(e["involvedObject"]["name"] == x for e in controller_events(kube, "HeldByOther"))
+        kube.wait("the HeldByOther Event on x", lambda: any(
+            e["involvedObject"]["name"] == x for e in controller_events(kube, "HeldByOther")), timeout=20)
         with exporter.lock:
             exporter.xid.clear()
         kube.wait("y released (our taint gone)", lambda: not our_taint(node(kube, y)), timeout=40)

@@ -495,7 +495,7 @@ def test_a_rebooting_mig_manager_keeps_the_node_cordoned_until_success(kube, nam
 
     def watch():
         while not stop.wait(0.2):
-            n = kube.nodes()[node]
+            n = kube.json("get", "node", node)       # one node: the 3 s window is sampled often
             seen.append((n["metadata"]["labels"].get(MIG_STATE_LABEL), bool(n["spec"].get("unschedulable"))))
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -522,7 +522,7 @@ def test_a_rebooting_mig_manager_keeps_the_node_cordoned_until_success(kube, nam
 
 
 def test_a_state_annotation_gone_bad_mid_rollout_skips_that_node_only(kube, namespace, tmp_path, capsys):
-    """Two nodes, one per wave. While the first waits for mig-manager (late, 4 s), someone
+    """Two nodes, one per wave. While the first waits for mig-manager (late, 6 s), someone
     rewrites its rollout state annotation into something that does not parse. The rollout
     must skip that node with a Warning Event and still roll the second; it used to stop at
     once (GV048 mid-run), leaving the second untouched."""
@@ -531,7 +531,8 @@ def test_a_state_annotation_gone_bad_mid_rollout_skips_that_node_only(kube, name
     _configmap(kube, namespace)
     first = _lone_node(kube, namespace, "all-1g", "success", suffix="bad-a")
     second = _lone_node(kube, namespace, "all-1g", "success", suffix="bad-b")
-    mgr = FakeMigManager(kube, [first, second], (namespace, "mig-parted-config"), react_after=4.0)
+    # late enough that the edit below lands while the rollout waits, on a loaded machine too
+    mgr = FakeMigManager(kube, [first, second], (namespace, "mig-parted-config"), react_after=6.0)
     mgr.applied = {first: "all-1g", second: "all-1g"}
     out: dict = {}
 
@@ -546,7 +547,7 @@ def test_a_state_annotation_gone_bad_mid_rollout_skips_that_node_only(kube, name
         t.start()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            ann = (kube.nodes()[first]["metadata"].get("annotations") or {}).get(ROLLOUT_ANNOTATION)
+            ann = (kube.json("get", "node", first)["metadata"].get("annotations") or {}).get(ROLLOUT_ANNOTATION)
             if ann and json.loads(ann).get("step") == "labelled":
                 break
             time.sleep(0.2)

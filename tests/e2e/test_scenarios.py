@@ -18,14 +18,14 @@ def _ids(p):
 
 
 @pytest.mark.parametrize("values_file", SCENARIOS, ids=_ids)
-def test_scenario_lifecycle(kube, namespace, values_file):
+def test_scenario_lifecycle(kube, namespace, values_file, tmp_path):
     values = e2elib.effective_values(values_file)
     release = "r-" + _ids(values_file)[:30]
     objects = e2elib.render(release, namespace, [values_file])
     prereqs = e2elib.prerequisites(values, namespace)
     dra = []
     if values["gpu"]["mode"] == "dra":
-        dra = e2elib.dra_objects(list(kube.nodes().values()), values["gpu"]["dra"]["deviceClassName"])
+        dra = e2elib.dra_objects(list(kube.nodes().values()), values["gpu"]["dra"]["deviceClassName"], tmp_path)
     try:
         if prereqs or dra:
             kube.kubectl("apply", "--server-side", "-f", "-",

@@ -206,9 +206,11 @@ def test_keda_scales_from_zero_when_the_queue_rises(kube, namespace, prometheus_
         # Requests wait in the gateway: the queue rises above activationThreshold (0).
         exporter.value = 3
         kube.wait("KEDA scaling 0 -> 1 on the queue", lambda: replicas() == 1, timeout=180, interval=1)
-        so = kube.json("get", "scaledobject", full, "-n", namespace)
-        active = {c["type"]: c["status"] for c in so["status"]["conditions"]}
-        assert active.get("Active") == "True", so["status"]
+        # KEDA sets the Active condition after it scales the target (scale executor): waited for
+        kube.wait("the ScaledObject Active", lambda: any(
+            c["type"] == "Active" and c["status"] == "True" for c in
+            kube.json("get", "scaledobject", full, "-n", namespace).get("status", {}).get("conditions") or []),
+            timeout=60, interval=1)
         pod = kube.wait("the woken replica scheduled", lambda: [
             p for p in kube.pods(namespace, "app.kubernetes.io/component=inference") if p["spec"].get("nodeName")])[0]
         assert pod["spec"]["containers"][0]["startupProbe"]["failureThreshold"] * \
