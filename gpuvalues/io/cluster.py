@@ -8,6 +8,7 @@ from typing import Iterable, Mapping
 
 from gpuvalues.errors import GpuValuesError, InventoryError, TransientError
 from gpuvalues.kube import node_name_problem
+from gpuvalues.operations.kubeapi import MAX_LIST_BYTES, read_json, with_deadlines
 from gpuvalues.planners.scheduling.inventory import (API_VERSION, KIND, MAX_NODES, Inventory, Node, from_kubectl_json,
                                           check_unique_names, node_from_kubectl_item, node_from_nvidia_smi,
                                           too_many_nodes)
@@ -43,17 +44,22 @@ def from_kubernetes(kubeconfig: str | None = None, context: str | None = None,
         message = " ".join(str(exc).split()) or exc.__class__.__name__
         raise InventoryError(f"cannot load kubeconfig: {message}", source=where) from None
     cfg.retries = 1  # fail fast on an unreachable server; the CLI is interactive
-    api = client.ApiClient(cfg)
+    # every answer bounded as operations/ reads them (kubeapi): an error body cut at
+    # MAX_ERROR_BYTES, the node list read unpreloaded up to MAX_LIST_BYTES within 30 s
+    api = with_deadlines(client.ApiClient(cfg), 30.0)
     try:
         kwargs = {"label_selector": label_selector} if label_selector else {}
-        nodes = client.CoreV1Api(api).list_node(**kwargs, _request_timeout=30)
+        resp = client.CoreV1Api(api).list_node(**kwargs, _preload_content=False, _request_timeout=30)
+        nodes = read_json(resp, MAX_LIST_BYTES, timeout_s=30.0, what=f"the API server ({where})")
     except ApiException as exc:
         raise api_error(exc, "listing nodes", source=where) from None
+    except GpuValuesError:
+        raise
     except Exception as exc:  # urllib3 connection errors, timeouts and the like: retry later
         raise TransientError(f"cannot reach the API server: {exc.__class__.__name__}: {exc}", source=where) from None
     finally:
         api.close()
-    return from_kubectl_json(api.sanitize_for_serialization(nodes), source=where)
+    return from_kubectl_json(nodes, source=where)
 
 
 def api_error(exc, doing: str, *, source: str | None = None) -> InventoryError | TransientError:

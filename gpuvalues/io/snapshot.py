@@ -169,11 +169,20 @@ def _series_names(snap_objects: list[Mapping[str, Any]]) -> list[str]:
     return sorted(names)
 
 
+#: a /api/v1/series answer lists label sets: 64 MiB is ~300,000 series of one name, far past any
+#: GPU fleet's; past it the answer is refused, not read whole (a wrong URL, a forged answer).
+MAX_SERIES_BYTES = 64 * 2**20
+
+
 def query_series(url: str, names: list[str], *, get: Callable[[str], bytes] | None = None) -> dict[str, Any]:
     """{series name: /api/v1/series response} from the Prometheus at `url` (read-only GETs)."""
     def fetch(u: str) -> bytes:
         with urllib.request.urlopen(u, timeout=30) as resp:
-            return bytes(resp.read())
+            data = bytes(resp.read(MAX_SERIES_BYTES + 1))
+        if len(data) > MAX_SERIES_BYTES:
+            raise TransientError(f"Prometheus {url}: a series answer larger than {MAX_SERIES_BYTES // 2**20} MiB: "
+                                 "refused", source=url)
+        return data
     get = get or fetch
     out = {}
     for name in names:
@@ -198,6 +207,7 @@ def read_live(kubeconfig: str | None, context: str | None, prometheus: str | Non
     from kubernetes.client.exceptions import ApiException
 
     from gpuvalues.io.cluster import api_error
+    from gpuvalues.operations.kubeapi import MAX_LIST_BYTES, read_json, with_deadlines
 
     where = kubeconfig or "~/.kube/config"
     cfg = client.Configuration()
@@ -208,7 +218,9 @@ def read_live(kubeconfig: str | None, context: str | None, prometheus: str | Non
         message = " ".join(str(exc).split()) or exc.__class__.__name__
         raise InventoryError(f"cannot load kubeconfig: {message}", source=where) from None
     cfg.retries = 1
-    api: Any = client.ApiClient(cfg)
+    # answers bounded as operations/ reads them (kubeapi): error bodies cut at MAX_ERROR_BYTES,
+    # each list read unpreloaded up to MAX_LIST_BYTES within the request's 60 s
+    api: Any = with_deadlines(client.ApiClient(cfg), 60.0)
     objects: list[Mapping[str, Any]] = []
     try:
         for kind, _group, _resource, cls, method, extra in LIVE_LISTS:
@@ -216,14 +228,19 @@ def read_live(kubeconfig: str | None, context: str | None, prometheus: str | Non
             try:
                 resp = getattr(getattr(client, cls)(api), method)(*extra, _preload_content=False,
                                                                    _request_timeout=60, **kw)
+                body = read_json(resp, MAX_LIST_BYTES, timeout_s=60.0, what=f"the API server ({where}), listing {kind}s")
             except ApiException as exc:
                 if exc.status == 404 and kind == "ScaledObject":
                     continue               # KEDA not installed: no ScaledObject
                 raise api_error(exc, f"listing {kind}s", source=where) from None
+            except GpuValuesError:
+                raise
             except Exception as exc:
                 raise TransientError(f"cannot reach the API server: {exc.__class__.__name__}: {exc}",
                                      source=where) from None
-            body = json.loads(resp.data)
+            if not isinstance(body, Mapping):
+                raise TransientError(f"the API server ({where}), listing {kind}s: the answer is not a JSON object",
+                                     source=where)
             for item in body.get("items") or ():
                 item.setdefault("kind", kind)
                 objects.append(item)

@@ -1,5 +1,6 @@
 """Talking to the Kubernetes API server, for everything in operations/ (the remediation
-controller, drains, MIG rollouts): a client from a kubeconfig read through the project's
+controller, drains, MIG rollouts) and the read-only edges (io/cluster's live inventory,
+io/snapshot's live read for doctor): a client from a kubeconfig read through the project's
 safe reader, a deadline on every request, and a size cap plus a whole-read deadline on
 every answer read (`read_json`), error answers (4xx/5xx) included.
 

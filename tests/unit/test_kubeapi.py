@@ -160,3 +160,86 @@ def test_negative_control_the_plain_client_reads_the_error_body_whole(server):
     with pytest.raises(ApiException) as e:
         srv.core(bounded=False).read_node("n", _preload_content=False)
     assert len(e.value.body) == 2 * 2**20
+
+
+# -- the read-only edges (inventory from a live cluster, doctor's live read) read the same way --
+def _kubeconfig(tmp_path, srv) -> str:
+    import yaml
+
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "t",
+        "clusters": [{"name": "t", "cluster": {"server": f"http://127.0.0.1:{srv.srv.server_address[1]}"}}],
+        "users": [{"name": "u", "user": {"token": "x"}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "u"}}]}))
+    return str(path)
+
+
+def _read_nodes(kubeconfig):
+    from gpuvalues.io.cluster import from_kubernetes
+    return from_kubernetes(kubeconfig)
+
+
+def _read_doctor(kubeconfig):
+    from gpuvalues.io.snapshot import read_live
+    return read_live(kubeconfig, None)
+
+
+READERS = [pytest.param(_read_nodes, id="inventory"), pytest.param(_read_doctor, id="doctor")]
+
+
+@pytest.mark.parametrize("read", READERS)
+def test_a_huge_list_answer_is_refused_at_the_cap_not_read_whole(server, tmp_path, monkeypatch, read):
+    from gpuvalues.io import cluster
+    from gpuvalues.operations import kubeapi as k
+
+    monkeypatch.setattr(cluster, "MAX_LIST_BYTES", 2 * 2**20)
+    monkeypatch.setattr(k, "MAX_LIST_BYTES", 2 * 2**20)   # read_live imports it at call time
+    srv = server(200, "OK", HUGE, piece=b'{"items":[')
+    kubeconfig = _kubeconfig(tmp_path, srv)
+    tracemalloc.start()
+    try:
+        with pytest.raises(k.AnswerTooLarge, match="larger than 2 MiB"):
+            read(kubeconfig)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, f"{peak} bytes allocated while refusing the answer"
+    time.sleep(0.2)
+    assert srv.sent < 64 * 2**20, srv.sent
+
+
+@pytest.mark.parametrize("read", READERS)
+def test_a_huge_error_answer_is_cut_and_said_as_its_status(server, tmp_path, read):
+    from gpuvalues.errors import TransientError
+
+    srv = server(503, "Service Unavailable", HUGE)
+    kubeconfig = _kubeconfig(tmp_path, srv)
+    with pytest.raises(TransientError, match="503") as e:      # retry later (exit 3), not bad input
+        read(kubeconfig)
+    assert len(str(e.value)) < 2 * kubeapi.MAX_ERROR_BYTES
+    time.sleep(0.2)
+    assert srv.sent < 64 * 2**20, srv.sent
+
+
+def test_a_non_object_list_answer_is_refused_by_doctor(server, tmp_path):
+    from gpuvalues.errors import TransientError
+
+    srv = server(200, "OK", 0, body=b'[1, 2, 3]')
+    with pytest.raises(TransientError, match="not a JSON object"):
+        _read_doctor(_kubeconfig(tmp_path, srv))
+
+
+def test_a_huge_prometheus_series_answer_is_refused(server, monkeypatch):
+    from gpuvalues.errors import TransientError
+    from gpuvalues.io import snapshot
+
+    monkeypatch.setattr(snapshot, "MAX_SERIES_BYTES", 2**20)
+    srv = server(200, "OK", HUGE, piece=b'{"data":[')
+    url = f"http://127.0.0.1:{srv.srv.server_address[1]}"
+    with pytest.raises(TransientError, match="larger than 1 MiB"):
+        snapshot.query_series(url, ["DCGM_FI_DEV_GPU_UTIL"])
+    # control: an answer under the cap is read and parsed
+    ok = server(200, "OK", 0, body=b'{"status":"success","data":[]}')
+    got = snapshot.query_series(f"http://127.0.0.1:{ok.srv.server_address[1]}", ["DCGM_FI_DEV_GPU_UTIL"])
+    assert got == {"DCGM_FI_DEV_GPU_UTIL": {"status": "success", "data": []}}
