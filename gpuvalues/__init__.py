@@ -16,7 +16,7 @@ Names are imported on first use, so `import gpuvalues` stays light.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.2.0"
 
@@ -62,7 +62,7 @@ if TYPE_CHECKING:       # for type checkers and IDEs; at run time names load laz
     from gpuvalues.render.helm import render_values
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'gpuvalues' has no attribute {name!r}")

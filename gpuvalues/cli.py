@@ -10,11 +10,15 @@ import argparse
 import os
 import sys
 import time
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from gpuvalues import __version__
-from gpuvalues.errors import GpuValuesError
+from gpuvalues.errors import Finding, GpuValuesError
 from gpuvalues.io import output
 from gpuvalues.kube import DEFAULT_KUBE_VERSION
+
+if TYPE_CHECKING:                      # the CLI imports the library lazily: startup stays fast
+    from gpuvalues.planners.scheduling.inventory import Inventory
 
 
 # Shared options and conventions, used by every subcommand.
@@ -46,12 +50,12 @@ def say(args: argparse.Namespace, message: str) -> None:
         print(message, file=sys.stderr)
 
 
-def emit(args: argparse.Namespace, data, as_table) -> None:
+def emit(args: argparse.Namespace, data: Any, as_table: Callable[[Any], str]) -> None:
     """Print `data` in the chosen --output format."""
     sys.stdout.write(output.render(data, args.output, as_table))
 
 
-def print_findings(args: argparse.Namespace, findings) -> None:
+def print_findings(args: argparse.Namespace, findings: Iterable[Finding]) -> None:
     """Findings as `file:line:col: path: message [code]` lines (table) or JSON/YAML."""
     emit(args, [f.as_dict() for f in findings],
          lambda _: "".join(f"{f}\n" for f in findings))
@@ -81,7 +85,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
-def machine(args: argparse.Namespace, data) -> None:
+def machine(args: argparse.Namespace, data: Any) -> None:
     """With --output json|yaml, what a command did as one document on stdout (a command
     that writes files prints nothing on stdout for people)."""
     if args.output != "table":
@@ -96,12 +100,9 @@ def cmd_values(args: argparse.Namespace) -> int:
 
     progress(args, f"planning the fleet of {args.spec}")
     fleet = pipeline.fleet_of(args.spec)
-    one = None
-    if args.workload:
-        one = fleet.release(args.workload)              # an unknown name is bad input
-    elif args.out == "-":
-        one = pipeline.combined_values(fleet)           # one file: one-workload specs only
+    one = fleet.release(args.workload) if args.workload else None   # an unknown name is bad input
     if args.out == "-":                # `-o -`: the one values file itself on stdout
+        one = one or pipeline.combined_values(fleet)    # one file: one-workload specs only
         pipeline.write_values(fleet, None, args.artifacts)
         sys.stdout.write(pipeline.release_values_text(one))
     else:
@@ -131,7 +132,7 @@ def cmd_values(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     """`gpuvalues validate`: every finding for a spec or values file; exit 1 when errors remain."""
     from gpuvalues import pipeline
-    from gpuvalues.checks.rules import errors_only
+    from gpuvalues.errors import errors_only
 
     if not args.spec and not args.values:
         raise GpuValuesError("give a SPEC or --values FILE to validate")
@@ -171,7 +172,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                               baselines=not args.no_baselines, time_limit=args.time_limit)
     for w in fleet.findings:
         say(args, str(w))
-    pictures = present.layout_pictures(fleet.layout.plan) if fleet.layout.plan else []
+    pictures = present.layout_pictures(fleet.layout.plan) if fleet.layout and fleet.layout.plan else []
     if args.svg:
         files.write_atomic(args.svg, present.layouts_svg([(t, L) for t, _, L in pictures]))
     if args.artifacts:
@@ -276,7 +277,7 @@ def cmd_topo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _inventory(args: argparse.Namespace):
+def _inventory(args: argparse.Namespace) -> Inventory:
     """The Inventory the --inventory/--kubeconfig/--nvidia-smi options describe."""
     from gpuvalues.io import cluster
 
@@ -584,7 +585,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args._started = time.monotonic()
     try:
-        return args.func(args)
+        status: int = args.func(args)
+        return status
     except (Exception, KeyboardInterrupt) as exc:
         code = exit_status(args, exc)
         if code is None:

@@ -31,13 +31,17 @@ _SPEC_PATH = {"autoscaling.maxReplicas": ("autoscaling", "maxReplicas"),
               "autoscaling.metrics": ("autoscaling", "metric")}
 
 
-def _at(spec: Spec, release: Release, values_path: str) -> tuple:
+def _workload_index(spec: Spec, release: Release) -> int:
+    """The index in the spec of a workload release's workload."""
+    return [w.name for w in spec.workloads].index(release.workload or "")
+
+
+def _at(spec: Spec, release: Release, values_path: str) -> tuple[str | int, ...]:
     if release.is_platform:
         return ("platform",) if spec.loaded and ("platform",) in spec.loaded.positions else ()
     at = _SPEC_PATH.get(values_path.split("[")[0])
-    wi = [w.name for w in spec.workloads].index(release.workload)
     if at is None or spec.loaded is None or at not in spec.loaded.positions:
-        at = ("workloads", wi)
+        return ("workloads", _workload_index(spec, release))
     return at
 
 
@@ -84,7 +88,7 @@ def _metric_findings(spec: Spec, fleet: Fleet) -> list[Finding]:
         missing = [m["name"] for m in a.get("metrics", [])
                    if m["name"].replace(":", "_") not in served]
         if missing:
-            wi = [w.name for w in spec.workloads].index(r.workload)
+            wi = _workload_index(spec, r)
             source, line, col = spec.position("workloads", wi)
             why = ("the spec turns the adapter off (platform.prometheusAdapter: false)"
                    if not spec.platform.prometheus_adapter else "no adapter rule serves it")
@@ -144,15 +148,14 @@ def _producer_findings(spec: Spec, fleet: Fleet) -> list[Finding]:
     states = producers.node_states(spec, fleet.layout, fleet.platform.values, producers.operator_values(fleet))
     out = []
     for r in fleet.workloads:
-        p = placements.get(r.workload)
+        p = placements.get(r.workload or "")
         if p is None or p.mode == "dra":
             continue
         missing = producers.missing_producers(fleet, p.pool.name, producers.required_node_labels(r.values),
                                               states)
         if not missing:
             continue
-        wi = [w.name for w in spec.workloads].index(r.workload)
-        at: tuple = ("workloads", wi)
+        at: tuple[str | int, ...] = ("workloads", _workload_index(spec, r))
         switch = _SWITCH.get(missing[0][1] or "")
         if switch and spec.loaded is not None and switch in spec.loaded.positions:
             at = switch                     # the line that turned the producer off
@@ -172,7 +175,7 @@ def _producer_findings(spec: Spec, fleet: Fleet) -> list[Finding]:
 
 def _name_findings(spec: Spec, fleet: Fleet) -> list[Finding]:
     out = []
-    seen: dict[tuple, str] = {}
+    seen: dict[tuple[str, ...], str] = {}
     for r in fleet.releases:
         key = (r.name,)
         if key in seen:

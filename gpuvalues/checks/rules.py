@@ -19,13 +19,14 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
+from gpuvalues.bundle import SPEC_SCHEMA, VALUES_SCHEMA
 from gpuvalues.errors import CODES, Finding, ValidationFailed, errors_only
 from gpuvalues.fleet import routing
 from gpuvalues.kube import kube_minor, unsupported_kube_version
 from gpuvalues.planners.scheduling.topology import nvlink_size
-from gpuvalues.schemas import SCHEMAS, SPEC_SCHEMA, VALUES_SCHEMA, is_valid, load_schema, validator_for  # noqa: F401 (re-exported)
+from gpuvalues.schemas import is_valid, load_schema, validator_for
 from gpuvalues.yamlio.loader import Loaded, format_path
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def _describe(error: ValidationError) -> str:
     if _alternative_keys(error):
         keys = " or ".join(repr(k) for k in _alternative_keys(error))
         return f"needs {keys}"
-    return error.message
+    return str(error.message)
 
 
 def _alternative_keys(error: ValidationError) -> list[str]:
@@ -120,7 +121,7 @@ def _short(value: Any) -> str:
 MAX_FINDINGS = 100
 
 
-def schema_findings(loaded: Loaded, schema: dict, *, prefix: tuple = ()) -> list[Finding]:
+def schema_findings(loaded: Loaded, schema: dict[str, Any], *, prefix: tuple[Any, ...] = ()) -> list[Finding]:
     """The schema errors in `loaded.data` (or its subtree at `prefix`), with positions:
     the first MAX_FINDINGS, then one finding that counts the rest."""
     data = loaded.data
@@ -153,7 +154,7 @@ def schema_findings(loaded: Loaded, schema: dict, *, prefix: tuple = ()) -> list
     return out
 
 
-def _error_findings(error: ValidationError, loaded: Loaded, prefix: tuple,
+def _error_findings(error: ValidationError, loaded: Loaded, prefix: tuple[Any, ...],
                    room: int = MAX_FINDINGS) -> tuple[list[Finding], int]:
     """(findings for `error`, at most `room` of them; how many more were left out)."""
     path = prefix + tuple(error.absolute_path)
@@ -162,7 +163,7 @@ def _error_findings(error: ValidationError, loaded: Loaded, prefix: tuple,
 
         allowed = set(error.schema.get("properties", {}))
         patterns = list(error.schema.get("patternProperties", {}))
-        out = []
+        out: list[Finding] = []
         skipped = 0
         for key in error.instance:
             if key in allowed or any(re.search(p, key) for p in patterns):
@@ -194,7 +195,7 @@ def yaml_findings(loaded: Loaded) -> list[Finding]:
 
 
 def finding(code: str, message: str, path: str = "(root)", *, loaded: Loaded | None = None,
-            at: tuple = (), severity: str = "error", hint: str | None = None,
+            at: tuple[Any, ...] = (), severity: str = "error", hint: str | None = None,
             source: str = "") -> Finding:
     """A semantic finding; placed in `loaded` at the path `at` when given."""
     line = col = None
@@ -229,18 +230,19 @@ def _chart_defaults_cached(path: str, mtime: float) -> Any:
     return helm_data(Path(path).read_text(), str(path)) or {}
 
 
-def chart_defaults(path: str | Path | None = None) -> dict:
+def chart_defaults(path: str | Path | None = None) -> dict[str, Any]:
     """The chart's own values.yaml (the bundled chart's unless `path`), as Helm reads it
     (cached until it changes)."""
     from gpuvalues.bundle import chart_dir
     p = Path(path) if path is not None else chart_dir() / "values.yaml"
     if not p.exists():
         return {}
-    return _chart_defaults_cached(str(p), p.stat().st_mtime)
+    defaults: dict[str, Any] = _chart_defaults_cached(str(p), p.stat().st_mtime)
+    return defaults
 
 
 def check_values(loaded: Loaded, *, schema_path: str | Path = VALUES_SCHEMA,
-                 defaults: dict | None = None) -> list[Finding]:
+                 defaults: dict[str, Any] | None = None) -> list[Finding]:
     """Schema findings for a user values file, checked (as Helm does) on the chart
     defaults coalesced with the file; positions point into the user's file."""
     from dataclasses import replace
@@ -297,7 +299,7 @@ def _get(values: Any, *path: str, default: Any = None) -> Any:
     return values
 
 
-def _gpu_models(values: dict, ctx: Context) -> tuple[str, ...]:
+def _gpu_models(values: dict[str, Any], ctx: Context) -> tuple[str, ...]:
     if ctx.gpu_models:
         return ctx.gpu_models
     products = list(_get(values, "gpuProducts", default=[]) or [])
@@ -320,7 +322,7 @@ def _quantity_int(value: Any) -> int | None:
     return None
 
 
-def _shared_replicas(values: dict) -> int | None:
+def _shared_replicas(values: dict[str, Any]) -> int | None:
     """Time-slicing/MPS replicas per GPU from the device-plugin configs in the values."""
     configs = _get(values, "platform", "devicePlugin", "config", "map", default={}) or {}
     best = None
@@ -333,10 +335,11 @@ def _shared_replicas(values: dict) -> int | None:
     return best
 
 
-def _mig_profile(values: dict) -> str | None:
+def _mig_profile(values: dict[str, Any]) -> str | None:
     mode = _get(values, "gpu", "mode")
     if mode == "mig":
-        return _get(values, "gpu", "mig", "profile")
+        profile: str | None = _get(values, "gpu", "mig", "profile")
+        return profile
     if mode == "dra" and _get(values, "gpu", "dra", "deviceClassName") == "mig.nvidia.com":
         return _get(values, "gpu", "dra", "migProfile") or None
     return None
@@ -357,7 +360,7 @@ def warnings_or_raise(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity == "warning"]
 
 
-def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded | None = None,
+def semantic_findings(values: dict[str, Any], *, ctx: Context = Context(), loaded: Loaded | None = None,
                       source: str = "") -> list[Finding]:
     """Cross-field rules on chart values (GV001-GV009), placed in `loaded` when given."""
     from gpuvalues import catalog
@@ -518,21 +521,21 @@ def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded 
 
     # GV018: LoRA adapters are served (and routed) by name: names unique and not the base
     # model's (the chart's templates/validation.yaml refuses both at render).
-    seen: set = set()
+    seen: set[Any] = set()
     model_name = _get(values, "model", "name")
     for i, adapter in enumerate(_get(values, "lora", "adapters", default=[]) or []):
-        name = adapter.get("name") if isinstance(adapter, dict) else None
-        if name is None:
+        adapter_name = adapter.get("name") if isinstance(adapter, dict) else None
+        if adapter_name is None:
             continue
-        if name in seen:
-            add("GV018", f"LoRA adapter name {name} is used twice: each adapter is served "
+        if adapter_name in seen:
+            add("GV018", f"LoRA adapter name {adapter_name} is used twice: each adapter is served "
                 "under its own name", "lora", "adapters", i, "name",
                 hint="rename one of the adapters")
-        elif name == model_name:
-            add("GV018", f"LoRA adapter name {name} is also model.name: an adapter needs a "
+        elif adapter_name == model_name:
+            add("GV018", f"LoRA adapter name {adapter_name} is also model.name: an adapter needs a "
                 "served name of its own", "lora", "adapters", i, "name",
                 hint="rename the adapter")
-        seen.add(name)
+        seen.add(adapter_name)
 
     # GV051: one HTTPRoute rule holds the route's model names, at most 64 (the chart's
     # templates/validation.yaml refuses more at render; gpuvalues.fleet.routing).
@@ -555,8 +558,9 @@ def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded 
                 "requests", key, hint=f"set resources.limits.{key}: {requests[key]}")
 
     # The target version must be one whose API schemas are bundled (gpuvalues.kube).
-    if ctx.kube_version and unsupported_kube_version(ctx.kube_version):
-        add("GV000", unsupported_kube_version(ctx.kube_version), hint="target a version "
+    too_new = unsupported_kube_version(ctx.kube_version) if ctx.kube_version else None
+    if too_new:
+        add("GV000", too_new, hint="target a version "
             "listed, or upgrade kubernetes-validate")
         return sorted(out, key=Finding.sort_key)
     # GV009: DRA needs resource.k8s.io/v1 (Kubernetes 1.34).
@@ -567,7 +571,7 @@ def semantic_findings(values: dict, *, ctx: Context = Context(), loaded: Loaded 
     return sorted(out, key=Finding.sort_key)
 
 
-def _metric_findings(values: dict, mode: str, add) -> None:
+def _metric_findings(values: dict[str, Any], mode: str, add: Callable[..., None]) -> None:
     """GV003 through the autoscaling planner's metric rules (autoscaling.choose_metric):
     a GPU metric the mode cannot attribute per pod, or no metric a custom server needs."""
     from gpuvalues.errors import CapacityError

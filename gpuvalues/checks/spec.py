@@ -12,7 +12,8 @@ from typing import Any
 from gpuvalues.yamlio.inputs import MAX_INPUT_BYTES, resolve_reference
 from gpuvalues.yamlio.loader import Loaded, expect_mapping, format_path, load_text, load_yaml
 from gpuvalues.kube import unsupported_kube_version
-from gpuvalues.checks.rules import SPEC_SCHEMA, check_schema, finding, yaml_findings
+from gpuvalues.checks.rules import check_schema, finding, yaml_findings
+from gpuvalues.bundle import SPEC_SCHEMA
 from gpuvalues.checks.weights import weight_findings
 from gpuvalues.errors import CatalogError, Finding, ValidationFailed, errors_only
 from gpuvalues.fleet import routing

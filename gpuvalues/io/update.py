@@ -22,7 +22,8 @@ from typing import Any, Mapping, Sequence
 
 from gpuvalues.yamlio.inputs import STDIN, decode, read_source
 from gpuvalues.yamlio.loader import NotRepresentable, format_path, helm_scalar, load_text
-from gpuvalues.checks.rules import VALUES_SCHEMA, Finding, check_values, values_findings, warnings_or_raise
+from gpuvalues.bundle import VALUES_SCHEMA
+from gpuvalues.checks.rules import Finding, check_values, values_findings, warnings_or_raise
 from gpuvalues.errors import SpecError
 from gpuvalues.io.files import check_writable, locked, write_atomic
 

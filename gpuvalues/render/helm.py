@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 import yaml
 
@@ -13,7 +14,7 @@ from gpuvalues.render.tools import find_helm
 from gpuvalues.yamlio.loader import parse_yaml
 
 
-def helm_template(values: dict, *, chart: str | os.PathLike | None = None, helm: str | None = None,
+def helm_template(values: dict[str, Any], *, chart: str | os.PathLike[str] | None = None, helm: str | None = None,
                   release: str = "gpu-inference", namespace: str = "gpu-inference",
                   kube_version: str = DEFAULT_KUBE_VERSION,
                   api_versions: tuple[str, ...] = ()) -> str:
@@ -37,12 +38,14 @@ def helm_template(values: dict, *, chart: str | os.PathLike | None = None, helm:
     return proc.stdout
 
 
-def parse_manifests(text: str) -> list[dict]:
+def parse_manifests(text: str) -> list[dict[str, Any]]:
     """Split a rendered YAML stream into objects, dropping empty documents."""
-    return parse_yaml(text, source="helm template output", error=RenderError, all_documents=True)
+    objects: list[dict[str, Any]] = parse_yaml(text, source="helm template output", error=RenderError,
+                                               all_documents=True)
+    return objects
 
 
-def validate_manifests(objects: list[dict], kube_version: str = DEFAULT_KUBE_VERSION) -> None:
+def validate_manifests(objects: list[dict[str, Any]], kube_version: str = DEFAULT_KUBE_VERSION) -> None:
     """Validate each object with kubernetes-validate (strict) for `kube_version`.
 
     Custom resources (no schema in kubernetes-validate) are skipped here; the chart
@@ -62,7 +65,7 @@ def validate_manifests(objects: list[dict], kube_version: str = DEFAULT_KUBE_VER
             raise RenderError(f"{name}: {path}: {exc.message} (Kubernetes {minor})") from None
 
 
-def split_documents(text: str) -> list[tuple[dict, str]]:
+def split_documents(text: str) -> list[tuple[dict[str, Any], str]]:
     """Split a rendered stream into (object, its original text), dropping empty documents.
 
     The text keeps helm's `# Source:` comment, so a file written per object still says
@@ -78,15 +81,15 @@ def split_documents(text: str) -> list[tuple[dict, str]]:
     return out
 
 
-def object_file_name(obj: dict) -> str:
+def object_file_name(obj: dict[str, Any]) -> str:
     """`<kind>-<name>.yaml`, lower case, safe for any file system."""
     kind = str(obj.get("kind", "object")).lower()
     name = str((obj.get("metadata") or {}).get("name", "unnamed"))
     return re.sub(r"[^a-z0-9._-]+", "-", f"{kind}-{name}".lower()) + ".yaml"
 
 
-def render_values(values: dict, *, helm: str | None = None,
-                  kube_version: str = DEFAULT_KUBE_VERSION, **kw) -> tuple[str, list[dict]]:
+def render_values(values: dict[str, Any], *, helm: str | None = None,
+                  kube_version: str = DEFAULT_KUBE_VERSION, **kw: Any) -> tuple[str, list[dict[str, Any]]]:
     """helm template `values`, then validate every object for `kube_version`.
 
     Returns the YAML stream and the parsed objects; raises RenderError on failure.

@@ -8,7 +8,8 @@ import json
 import pytest
 from jsonschema import Draft202012Validator
 
-from gpuvalues.checks.rules import SPEC_SCHEMA, ValidationFailed
+from gpuvalues.bundle import SPEC_SCHEMA
+from gpuvalues.checks.rules import ValidationFailed
 from gpuvalues.checks.spec import load_spec, spec_from_text
 from gpuvalues.errors import GpuValuesError, SpecError
 from gpuvalues.fleet.spec import Spec

@@ -33,7 +33,7 @@ def test_values_schema_is_valid_draft_2020_12():
 
     from jsonschema import Draft202012Validator
 
-    from gpuvalues.checks.rules import VALUES_SCHEMA
+    from gpuvalues.bundle import VALUES_SCHEMA
     Draft202012Validator.check_schema(json.loads(VALUES_SCHEMA.read_text()))
 
 
