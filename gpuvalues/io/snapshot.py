@@ -5,6 +5,7 @@ object), in any grouping, e.g.
 
     kubectl get nodes,pods,daemonsets,configmaps,hpa,pdb,apiservices,events -A -o json > cluster.json
     kubectl get scaledobjects -A -o json > keda.json           # when KEDA is installed
+    kubectl get deviceclasses,resourceslices -o json > dra.json   # for a DRA fleet (Kubernetes >= 1.34)
     kubectl get secrets -A -l owner=helm -o json > releases.json   # Helm's release records
 
 and optionally `prometheus-series.json`: `{"<series name>": <the JSON body of Prometheus'
@@ -30,7 +31,8 @@ SERIES_FILE = "prometheus-series.json"
 #: kind -> the Snapshot field its objects go to
 KINDS = {"Node": "nodes", "Pod": "pods", "DaemonSet": "daemonsets", "ConfigMap": "configmaps",
          "HorizontalPodAutoscaler": "hpas", "ScaledObject": "scaledobjects", "APIService": "apiservices",
-         "Event": "events", "PodDisruptionBudget": "pdbs", "Secret": "releases"}
+         "Event": "events", "PodDisruptionBudget": "pdbs", "DeviceClass": "deviceclasses",
+         "ResourceSlice": "resourceslices", "Secret": "releases"}
 MAX_DUMP_BYTES = 1024 * 1024 * 1024     # a 5,000-node cluster's dump is a few hundred MB
 
 
@@ -143,7 +145,13 @@ LIVE_LISTS: tuple[tuple[str, str, str, str, str, tuple[str, ...]], ...] = (
     ("Secret", "", "secrets", "CoreV1Api", "list_secret_for_all_namespaces", ()),
     ("ScaledObject", "keda.sh", "scaledobjects", "CustomObjectsApi", "list_cluster_custom_object",
      ("keda.sh", "v1alpha1", "scaledobjects")),
+    ("DeviceClass", "resource.k8s.io", "deviceclasses", "CustomObjectsApi", "list_cluster_custom_object",
+     ("resource.k8s.io", "v1", "deviceclasses")),
+    ("ResourceSlice", "resource.k8s.io", "resourceslices", "CustomObjectsApi", "list_cluster_custom_object",
+     ("resource.k8s.io", "v1", "resourceslices")),
 )
+#: lists a cluster may not serve: KEDA not installed; resource.k8s.io/v1 before Kubernetes 1.34
+OPTIONAL_KINDS = frozenset({"ScaledObject", "DeviceClass", "ResourceSlice"})
 
 
 def _series_names(snap_objects: list[Mapping[str, Any]]) -> list[str]:
@@ -230,8 +238,8 @@ def read_live(kubeconfig: str | None, context: str | None, prometheus: str | Non
                                                                    _request_timeout=60, **kw)
                 body = read_json(resp, MAX_LIST_BYTES, timeout_s=60.0, what=f"the API server ({where}), listing {kind}s")
             except ApiException as exc:
-                if exc.status == 404 and kind == "ScaledObject":
-                    continue               # KEDA not installed: no ScaledObject
+                if exc.status == 404 and kind in OPTIONAL_KINDS:
+                    continue               # the API is not served: none of these objects
                 raise api_error(exc, f"listing {kind}s", source=where) from None
             except GpuValuesError:
                 raise

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from gpuvalues.fleet import Fleet, group_node
+from gpuvalues.fleet import Fleet, Release, group_node
 from gpuvalues.fleet.producers import (DEVICE_PLUGIN, GFD, MIG_MANAGER, MIG_STATE_LABEL, NFD,
                                        install_parts, operator_values)
 from gpuvalues.fleet.spec import GROUP_LABEL
@@ -92,6 +92,12 @@ CODES: dict[str, tuple[str, str]] = {
     "DR022": ("a node reports fewer or more GPUs (nvidia.com/gpu.count) than its pool's gpusPerNode",
               "check the node's GPUs (nvidia-smi: a GPU lost from the bus); drain and repair it, "
               "or correct gpusPerNode in the spec"),
+    "DR023": ("a DRA workload's DeviceClass does not exist (NVIDIA's DRA driver is not installed)",
+              "install NVIDIA's DRA driver (k8s-dra-driver-gpu): its chart creates the DeviceClasses "
+              "gpu.nvidia.com and mig.nvidia.com"),
+    "DR024": ("no ResourceSlice of NVIDIA's DRA driver publishes devices on a DRA workload's pool",
+              "see the driver's kubelet-plugin DaemonSet: its pods must run on the pool's nodes "
+              "(node affinity, tolerations for the GPU taint)"),
 }
 #: GFD's labels checked against the node group (group_node's), by the code a wrong value is
 GFD_LABEL_CODES = {"nvidia.com/gpu.product": "DR019", "nvidia.com/mig.strategy": "DR020",
@@ -145,6 +151,8 @@ class Snapshot:
     apiservices: tuple[Mapping[str, Any], ...] = ()
     events: tuple[Mapping[str, Any], ...] = ()
     pdbs: tuple[Mapping[str, Any], ...] = ()
+    deviceclasses: tuple[Mapping[str, Any], ...] = ()
+    resourceslices: tuple[Mapping[str, Any], ...] = ()
     releases: tuple[HelmRelease, ...] = ()
     series: Mapping[str, tuple[Mapping[str, str], ...]] | None = None
     source: str = ""
@@ -381,6 +389,7 @@ class _Ctx:
     findings: list[DoctorFinding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     broken_pools: set[str] = field(default_factory=set)
+    explained: set[str] = field(default_factory=set)    # workloads whose Pending pods a finding explains
 
     def add(self, code: str, obj: str, message: str, workload: str = "", fix: str = "") -> None:
         self.findings.append(DoctorFinding(code, obj, message, workload, fix or CODES[code][1]))
@@ -783,7 +792,8 @@ def _check_workloads(ctx: _Ctx) -> tuple[list[WorkloadStatus], dict[str, Mapping
                         f"{(pdb.get('spec') or {}).get('maxUnavailable')}): a node drain waits forever", wl)
         if pending:
             pool = next((p.pool.name for p in fleet.placements if p.workload == wl), None)
-            if pool not in ctx.broken_pools:
+            _check_dra(ctx, r, pending)
+            if pool not in ctx.broken_pools and wl not in ctx.explained:
                 msg = _pending_message(pending[0])
                 if not msg:
                     spec = pending[0].get("spec") or {}
@@ -805,6 +815,38 @@ def _check_workloads(ctx: _Ctx) -> tuple[list[WorkloadStatus], dict[str, Mapping
         _check_images(ctx, platform, [p for p in snap.pods if _meta(p).get("namespace") == platform.namespace
                                       and _labels(p).get("app.kubernetes.io/instance") == platform.name], "")
     return statuses, hpa_of, pods_of
+
+
+def _check_dra(ctx: _Ctx, release: Release, pending: Sequence[Mapping[str, Any]]) -> None:
+    """DR023/DR024: the Pending pods of a DRA workload whose devices nothing publishes. Its
+    DeviceClass missing counts when the snapshot holds DRA objects at all or the scheduler's
+    message names the class (a dump without `kubectl get deviceclasses` proves nothing); no
+    ResourceSlice of the driver on the pool's nodes counts once its DeviceClass exists."""
+    wl = release.workload or release.name
+    placement = next((p for p in ctx.fleet.placements if p.workload == wl), None)
+    if placement is None or placement.mode != "dra":
+        return
+    gpu = release.values.get("gpu") or {}
+    dra = (gpu.get("dra") or {}) if isinstance(gpu, Mapping) else {}
+    klass = str(dra.get("deviceClassName") or deviceplugin.DRA_GPU_CLASS)
+    said = _pending_message(pending[0])
+    if not any(_meta(c).get("name") == klass for c in ctx.snap.deviceclasses):
+        if ctx.snap.deviceclasses or ctx.snap.resourceslices or klass in said:
+            ctx.add("DR023", f"DeviceClass/{klass}", f"{len(pending)} pod(s) Pending: their ResourceClaims ask "
+                    f"for DeviceClass {klass}, which does not exist" + (f" (scheduler: {said})" if said else ""), wl)
+            ctx.explained.add(wl)
+        return
+    selector = placement.pool.selector
+    pool_nodes = {str(_meta(n).get("name")) for n in ctx.snap.nodes
+                  if all(_labels(n).get(k) == v for k, v in selector.items())}
+    published = {str((s.get("spec") or {}).get("nodeName")) for s in ctx.snap.resourceslices
+                 if (s.get("spec") or {}).get("driver") == deviceplugin.DRA_DRIVER
+                 and (s.get("spec") or {}).get("devices")}
+    if pool_nodes and not pool_nodes & published:
+        ctx.add("DR024", _ref("Pod", pending[0]), f"{len(pending)} pod(s) Pending: no ResourceSlice of driver "
+                f"{deviceplugin.DRA_DRIVER} publishes a device on the {len(pool_nodes)} node(s) of pool "
+                f"{placement.pool.name}" + (f" (scheduler: {said})" if said else ""), wl)
+        ctx.explained.add(wl)
 
 
 def _check_images(ctx: _Ctx, rel: HelmRelease, pods: Sequence[Mapping[str, Any]], workload: str) -> None:

@@ -58,6 +58,10 @@ def with_container_features(config: Mapping[str, Any], features: Mapping[str, bo
 # What DRA pods claim instead: whole GPUs of the DRA driver's DeviceClass (NVIDIA
 # k8s-dra-driver-gpu; the chart's gpu.dra.deviceClassName default). fit counts them.
 DRA_GPU_CLASS = "gpu.nvidia.com"
+# The driver name its ResourceSlices carry (spec.driver), for whole GPUs and MIG devices alike:
+# k8s-dra-driver-gpu templates/deviceclass-gpu.yaml and deviceclass-mig.yaml select
+# device.driver == 'gpu.nvidia.com'.
+DRA_DRIVER = "gpu.nvidia.com"
 MIG_STRATEGIES = ("none", "single", "mixed")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 DEVICE_ID_STRATEGIES = ("uuid", "index")

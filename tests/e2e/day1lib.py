@@ -241,10 +241,12 @@ def dra_driver_objects() -> list[dict]:
     ]
 
 
-def install_dra_driver(kube) -> None:
-    """The cluster's NVIDIA DRA driver (a DRA fleet's prerequisite, like its NFD)."""
+def install_dra_driver(kube, kinds: frozenset[str] | None = None) -> None:
+    """The cluster's NVIDIA DRA driver (a DRA fleet's prerequisite, like its NFD); only its
+    objects of `kinds` when given (a half-done install, for a negative control)."""
+    items = [o for o in dra_driver_objects() if kinds is None or o["kind"] in kinds]
     kube.kubectl("apply", "--server-side", "-f", "-",
-                 input=json.dumps({"apiVersion": "v1", "kind": "List", "items": dra_driver_objects()}))
+                 input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
 
 
 def as_printed(fleet, printed: Printed):

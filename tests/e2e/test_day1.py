@@ -321,6 +321,7 @@ def test_day1_fleet_from_bare_nodes(example, day1, tmp_path, prometheus_bin):
         # DRA pools: first without the cluster's NVIDIA DRA driver (the negative control),
         # then with it: the same install comes up once the driver publishes the devices
         _dra_without_the_driver(kube, fleet, spec_path, dra)
+        _dra_without_the_kubelet_plugin(kube, fleet, spec_path, dra)
         day1lib.install_dra_driver(kube)
     missing = missing_producers(fleet, objs)
     if missing:
@@ -411,8 +412,8 @@ def _dra_without_the_driver(kube, fleet, spec_path, dra: set[str]) -> None:
     NVIDIA's DRA driver (its chart not installed: no DeviceClass gpu.nvidia.com, no kubelet
     plugin, so the node agents publish no device). Every DRA workload pod stays
     Unschedulable, the real scheduler naming the missing DeviceClass; no ResourceSlice
-    exists; and `gpuvalues doctor` (the live check) names each DRA workload's Pending pods
-    with that reason."""
+    exists; and `gpuvalues doctor` (the live check) names the missing DeviceClass for each
+    DRA workload (DR023), and nothing else for them."""
     seen: list = []
 
     def unschedulable():
@@ -429,27 +430,45 @@ def _dra_without_the_driver(kube, fleet, spec_path, dra: set[str]) -> None:
         raise AssertionError(f"{e}; the scheduler says {seen}") from None
     print(f"without the DRA driver, the scheduler says: {sorted({e2elib.unschedulable_message(p) for p in pods})}")
     assert not kube.json("get", "resourceslices")["items"], "devices published without the driver"
+    _doctor_says(kube, spec_path, dra, "DR023", f"DeviceClass/{nodeagent.DRA_DRIVER}",
+                 "doctor naming the missing DeviceClass for every DRA workload")
+
+
+def _dra_without_the_kubelet_plugin(kube, fleet, spec_path, dra: set[str]) -> None:
+    """Negative control, the next step of a half-done install: the driver's DeviceClass
+    applied but not its kubelet plugin (DaemonSet), so no node publishes a device. The DRA
+    pods stay Pending (the scheduler now finds the class, and no device to allocate), no
+    ResourceSlice appears, and doctor names the unpublished devices of each DRA workload's
+    pool (DR024) instead of the missing class."""
+    day1lib.install_dra_driver(kube, frozenset({"Namespace", "ServiceAccount", "DeviceClass"}))
+    assert kube.json("get", "deviceclass", nodeagent.DRA_DRIVER)["metadata"]["name"] == nodeagent.DRA_DRIVER
+    _doctor_says(kube, spec_path, dra, "DR024", "Pod/", "doctor naming the pool without published devices")
+    assert not kube.json("get", "resourceslices")["items"], "devices published without the kubelet plugin"
+    ps = [p for r in fleet.workloads if r.workload in dra for p in fleetlib.workload_pods(kube, r)]
+    assert ps and all(p["status"].get("phase") == "Pending" for p in ps), [p["status"] for p in ps]
+
+
+def _doctor_says(kube, spec_path, dra: set[str], code: str, obj: str, what: str) -> None:
+    """Poll `gpuvalues doctor` (the live check) until it names `code` (an object starting
+    with `obj`) for exactly the DRA workloads, and no other finding for them. The pods are
+    refused at once, while the node agents may still be coming up (NFD, then GFD): doctor
+    reports those node-side gaps at their root too, so it is polled."""
     last: dict = {}
 
-    def doctor_names_them():
-        # the pods are refused at once (no DeviceClass), while the node agents may still be
-        # coming up (NFD, then GFD): doctor reports those node-side gaps first, at their root,
-        # so it is polled until the node side is done and only the DRA cause is left
+    def says():
         res = subprocess.run([str(day1lib.gpuvalues_bin()), "--output", "json", "doctor", str(spec_path),
                               "--kubeconfig", str(kube.cluster.kubeconfig)], capture_output=True, text=True,
                              timeout=120)
         assert res.returncode in (0, 1), (res.returncode, res.stderr[-2000:])
         last["report"] = report = json.loads(res.stdout)
-        named = {f["workload"] for f in report["findings"]
-                 if f["code"] == "DR007" and nodeagent.DRA_DRIVER in f["message"]}
-        return res.returncode == 1 and named == dra
+        mine = [f for f in report["findings"] if f["workload"] in dra]
+        named = {f["workload"] for f in mine if f["code"] == code and f["object"].startswith(obj)}
+        return res.returncode == 1 and named == dra and all(f["code"] == code for f in mine)
     try:
-        e2elib.wait("doctor naming every DRA workload's Pending pods and the missing DeviceClass", doctor_names_them,
-                    timeout=120, interval=2)
+        e2elib.wait(what, says, timeout=120, interval=2)
     except AssertionError as e:
         raise AssertionError(f"{e}; doctor's findings {last.get('report', {}).get('findings')}") from None
-    print("doctor without the DRA driver: " + "; ".join(f"{f['code']} {f['object']}: {f['message']}"
-                                                          for f in last["report"]["findings"]))
+    print(f"{what}: " + "; ".join(f"{f['code']} {f['object']}: {f['message']}" for f in last["report"]["findings"]))
 
 
 def _check_dra_claims(kube, fleet, pods, want, agents) -> None:

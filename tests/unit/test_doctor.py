@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import gzip
 import json
 import re
@@ -568,3 +569,77 @@ def test_the_dump_is_read_and_checked_without_the_collector(fleet):
     # between the two paused blocks (load_dump's, diagnose's)
     assert len(during) <= 1 and 2 not in during, during
     assert len(control) > 5, f"negative control: decoding the fixture with the collector on runs it: {control}"
+
+
+# -- DRA workloads: their Pending pods explained by the devices nobody publishes (DR023, DR024) --
+def _dra_cluster(*, deviceclass: bool, slices_on: tuple[str, ...] = (), message: str = "", running: bool = False):
+    """A DRA fleet's cluster as the API would show it (examples/dra-fleet.yaml): its releases
+    deployed with the fleet's values, one pod per workload (claiming through resourceClaims)
+    Pending with the scheduler's `message` (or Running), and the DRA driver's objects: the
+    DeviceClass, and a ResourceSlice with a device on each node of `slices_on`."""
+    import gpuvalues
+    from gpuvalues.operations.doctor import HelmRelease
+    from gpuvalues.planners.deviceplugin import DRA_DRIVER
+
+    fleet = gpuvalues.build_fleet(gpuvalues.load_spec(ROOT / "examples" / "dra-fleet.yaml"))
+    pool = fleet.spec.node_pools[0]
+    nodes = [{"kind": "Node", "metadata": {"name": f"h100-{i}", "labels": dict(pool.selector)},
+              "status": {"allocatable": {}}} for i in range(pool.nodes)]
+    pods = []
+    for r in fleet.workloads:
+        status = {"phase": "Running"} if running else {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]}
+        pods.append({"kind": "Pod", "metadata": {"name": f"{r.name}-0", "namespace": r.namespace,
+                                                 "labels": {"app.kubernetes.io/instance": r.name}},
+                     "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": r.name}],
+                              "containers": [{"name": "server", "image": "x"}]}, "status": status})
+    dra = ([{"kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"}}] if deviceclass else []) + [
+        {"kind": "ResourceSlice", "metadata": {"name": f"{n}-{DRA_DRIVER}"},
+         "spec": {"driver": DRA_DRIVER, "nodeName": n, "pool": {"name": n}, "devices": [{"name": "gpu-0"}]}}
+        for n in slices_on]
+    releases = tuple(HelmRelease(r.name, r.namespace, 1, "deployed", r.values, "") for r in fleet.releases)
+    objects = nodes + pods + dra
+    from gpuvalues.io.snapshot import snapshot_from_objects
+    return fleet, dataclasses.replace(snapshot_from_objects(objects, None, "t"), releases=releases)
+
+
+def _dra_codes(report, fleet):
+    names = {r.workload for r in fleet.workloads}
+    return {(f.code, f.workload) for f in report.findings if f.workload in names}
+
+
+def test_dra_without_the_driver_is_its_missing_deviceclass():
+    said = "0/3 nodes are available: resourceclaim not found... device class gpu.nvidia.com does not exist"
+    fleet, s = _dra_cluster(deviceclass=False, message=said)
+    report = diagnose(fleet, s)
+    wl = {r.workload for r in fleet.workloads}
+    assert _dra_codes(report, fleet) == {("DR023", w) for w in wl}
+    f = next(f for f in report.findings if f.code == "DR023")
+    assert f.object == "DeviceClass/gpu.nvidia.com" and "does not exist" in f.message and said in f.message
+    # the cluster holds DRA objects (another driver's slice): the missing class counts without the message
+    fleet, s = _dra_cluster(deviceclass=False, message="", slices_on=("h100-0",))
+    assert _dra_codes(diagnose(fleet, s), fleet) == {("DR023", w) for w in wl}
+
+
+def test_a_dump_without_dra_objects_proves_no_missing_deviceclass():
+    """Control: no DRA object in the snapshot and a scheduler message that does not name the
+    class: nothing says the class is missing (the dump may just not hold it): DR007."""
+    fleet, s = _dra_cluster(deviceclass=False, message="0/3 nodes are available: 3 Insufficient cpu.")
+    assert _dra_codes(diagnose(fleet, s), fleet) == {("DR007", r.workload) for r in fleet.workloads}
+
+
+def test_dra_with_the_class_but_no_published_device_on_the_pool():
+    fleet, s = _dra_cluster(deviceclass=True, message="0/3 nodes are available: 3 cannot allocate all claims.")
+    report = diagnose(fleet, s)
+    assert _dra_codes(report, fleet) == {("DR024", r.workload) for r in fleet.workloads}
+    f = next(f for f in report.findings if f.code == "DR024")
+    assert "no ResourceSlice of driver gpu.nvidia.com" in f.message and "3 node(s) of pool h100" in f.message
+    # a slice on one of the pool's nodes: devices are published there, the Pending pods are DR007's
+    fleet, s = _dra_cluster(deviceclass=True, slices_on=("h100-1",), message="0/3 nodes are available: 3 cannot "
+                            "allocate all claims.")
+    assert _dra_codes(diagnose(fleet, s), fleet) == {("DR007", r.workload) for r in fleet.workloads}
+
+
+def test_running_dra_pods_are_not_questioned():
+    fleet, s = _dra_cluster(deviceclass=False, running=True)
+    assert not {c for c, _ in _dra_codes(diagnose(fleet, s), fleet)} & {"DR023", "DR024", "DR007"}
