@@ -265,7 +265,8 @@ def test_slow_huge_hanging_prometheus_keeps_one_leader_healthz_and_sigterm(kube,
         assert lease["holderIdentity"] == "a" and lease.get("leaseTransitions", 0) == transitions
         ours = [e for e in kube.json("get", "events", "-A")["items"]
                 if e.get("reportingComponent") == "gpu-inference-remediation"
-                and e["involvedObject"].get("name") in (x, "remediation")]
+                and (e["involvedObject"].get("name") == x or (e["involvedObject"].get("name") == "remediation"
+                                                               and e["metadata"]["namespace"] == namespace))]
         assert ours and {e["reportingInstance"] for e in ours} == {"a"}, "the standby acted"
         assert any(e["reason"] == "SignalSourceUnavailable" for e in ours)
         popen_a = rem.procs["a"][0]
