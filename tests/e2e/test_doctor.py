@@ -106,11 +106,18 @@ class _Up:
                             before_helm=lambda r, ns: day1lib.prerequisites(kube, r, ns, printed))
         self.want = want = {r.workload: fleetlib.pin_to_max(kube, r) for r in fleet.workloads}
 
+        seen: dict = {}
+
         def all_running():
             got = {r.workload: fleetlib.workload_pods(kube, r) for r in fleet.workloads}
+            seen["pods"] = {w: sorted(f"{p['metadata']['name']}: {p['status'].get('phase')} "
+                                      f"{e2elib.unschedulable_message(p) or ''}" for p in ps) for w, ps in got.items()}
             return got if all(len(ps) == want[w] and all(p["status"].get("phase") == "Running" for p in ps)
                               for w, ps in got.items()) else None
-        self.pods = e2elib.wait(f"{sum(want.values())} pods Running at maxReplicas", all_running, timeout=240)
+        try:
+            self.pods = e2elib.wait(f"{sum(want.values())} pods Running at maxReplicas", all_running, timeout=240)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; pods: {seen.get('pods')}; node agents: {agents.errors}") from None
         platform = fleet.platform
         [self.cm] = [c for c in fleetlib.installed(kube, platform, "configmap")
                      if c["metadata"]["name"].endswith("-prometheus-adapter")]
