@@ -3,6 +3,7 @@ tests/chart -> chart, tests/integration -> integration, tests/e2e -> e2e, tests/
 `pytest -m chart` runs one group and a plain `pytest` runs them all."""
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -70,3 +71,19 @@ def prometheus_bin() -> str:
 def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     """Run a command, capturing text output, without raising on failure."""
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def write_kubeconfig(path: Path, server: str, *, token: str | None = "x", name: str = "x",
+                     insecure: bool = False) -> Path:
+    """A kubeconfig at `path` whose one context points at `server` (with a bearer `token`,
+    or no credentials when None): what tests that stand up a loopback API server hand
+    the code under test."""
+    cluster: dict = {"server": server}
+    if insecure:
+        cluster["insecure-skip-tls-verify"] = True
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": name,
+        "clusters": [{"name": name, "cluster": cluster}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "users": [{"name": name, "user": {"token": token} if token is not None else {}}]}))
+    return path

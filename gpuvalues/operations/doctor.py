@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from gpuvalues.fleet import Fleet, Release, group_node
+from gpuvalues.fleet import Fleet, Placement, Release, group_node
 from gpuvalues.fleet.producers import (DEVICE_PLUGIN, GFD, MIG_MANAGER, MIG_STATE_LABEL, NFD,
                                        install_parts, operator_values)
 from gpuvalues.fleet.spec import GROUP_LABEL
@@ -791,8 +791,10 @@ def _check_workloads(ctx: _Ctx) -> tuple[list[WorkloadStatus], dict[str, Mapping
                         f"allowed (minAvailable {(pdb.get('spec') or {}).get('minAvailable')}, maxUnavailable "
                         f"{(pdb.get('spec') or {}).get('maxUnavailable')}): a node drain waits forever", wl)
         if pending:
-            pool = next((p.pool.name for p in fleet.placements if p.workload == wl), None)
-            _check_dra(ctx, r, pending)
+            placement = next((p for p in fleet.placements if p.workload == wl), None)
+            pool = placement.pool.name if placement is not None else None
+            if placement is not None and placement.mode == "dra":
+                _check_dra(ctx, r, placement, pending)
             if pool not in ctx.broken_pools and wl not in ctx.explained:
                 msg = _pending_message(pending[0])
                 if not msg:
@@ -817,15 +819,12 @@ def _check_workloads(ctx: _Ctx) -> tuple[list[WorkloadStatus], dict[str, Mapping
     return statuses, hpa_of, pods_of
 
 
-def _check_dra(ctx: _Ctx, release: Release, pending: Sequence[Mapping[str, Any]]) -> None:
+def _check_dra(ctx: _Ctx, release: Release, placement: Placement, pending: Sequence[Mapping[str, Any]]) -> None:
     """DR023/DR024: the Pending pods of a DRA workload whose devices nothing publishes. Its
     DeviceClass missing counts when the snapshot holds DRA objects at all or the scheduler's
     message names the class (a dump without `kubectl get deviceclasses` proves nothing); no
     ResourceSlice of the driver on the pool's nodes counts once its DeviceClass exists."""
     wl = release.workload or release.name
-    placement = next((p for p in ctx.fleet.placements if p.workload == wl), None)
-    if placement is None or placement.mode != "dra":
-        return
     gpu = release.values.get("gpu") or {}
     dra = (gpu.get("dra") or {}) if isinstance(gpu, Mapping) else {}
     klass = str(dra.get("deviceClassName") or deviceplugin.DRA_GPU_CLASS)

@@ -417,14 +417,20 @@ def _message(e) -> str:
 
 # --- cordon and taints, with ownership ---------------------------------------------------------
 
-def owners(node: Mapping) -> dict[str, list[str]]:
-    """owner -> what it did to the node ("cordon", "taint:<key>")."""
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(OWNER_ANNOTATION) or "{}"
+def _owner_lists(node: Mapping[str, Any], annotation: str) -> dict[str, list[str]]:
+    """The JSON object {owner: [strings]} in one of the node's annotations; {} when absent or
+    unreadable (a hand edit must not stop a drain)."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(annotation) or "{}"
     try:
         data = json.loads(raw)
         return {str(k): [str(x) for x in v] for k, v in data.items() if isinstance(v, list)}
     except (ValueError, AttributeError):
         return {}
+
+
+def owners(node: Mapping) -> dict[str, list[str]]:
+    """owner -> what it did to the node ("cordon", "taint:<key>")."""
+    return _owner_lists(node, OWNER_ANNOTATION)
 
 
 def _with_owner(node: Mapping, owner: str, what: str, add: bool) -> str:
@@ -478,12 +484,7 @@ def _patch(core, node: dict, spec: dict | None, annotations: dict | None, dry_ru
 
 def domain_marks(node: Mapping[str, Any]) -> dict[str, list[str]]:
     """owner -> the other nodes of this node's domain it tainted (DOMAIN_ANNOTATION)."""
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(DOMAIN_ANNOTATION) or "{}"
-    try:
-        data = json.loads(raw)
-        return {str(k): [str(x) for x in v] for k, v in data.items() if isinstance(v, list)}
-    except (ValueError, AttributeError):
-        return {}
+    return _owner_lists(node, DOMAIN_ANNOTATION)
 
 
 @_retry_on_conflict

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, write_kubeconfig
 from tests.unit.test_rollout import BASE
 
 GV = str(ROOT / ".venv" / "bin" / "gpuvalues")
@@ -39,13 +39,8 @@ def listener(tmp_path):
             conn.close()
     t = threading.Thread(target=accept, daemon=True)
     t.start()
-    kc = tmp_path / "kubeconfig"
-    kc.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "x",
-        "clusters": [{"name": "x", "cluster": {"server": f"https://127.0.0.1:{srv.getsockname()[1]}",
-                                               "insecure-skip-tls-verify": True}}],
-        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
-        "users": [{"name": "x", "user": {"token": "t"}}]}))
+    kc = write_kubeconfig(tmp_path / "kubeconfig", f"https://127.0.0.1:{srv.getsockname()[1]}", token="t",
+                          insecure=True)
     yield kc, seen
     stop.set()
     t.join(2)

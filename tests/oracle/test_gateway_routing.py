@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import write_kubeconfig
 from tests.oracle import oraclelib as ol
 
 EXAMPLE = ol.EXAMPLES / "multi-model-gateway.yaml"
@@ -101,12 +102,8 @@ def bbr():
     args = [str(a) for a in dep["spec"]["template"]["spec"]["containers"][0]["args"]]
     grpc, health, metrics = _free_port(), _free_port(), _free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        kubeconfig = Path(tmp) / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "none",
-            "clusters": [{"name": "none", "cluster": {"server": f"https://127.0.0.1:{_free_port()}"}}],
-            "contexts": [{"name": "none", "context": {"cluster": "none", "user": "none"}}],
-            "users": [{"name": "none", "user": {"token": "unused"}}]}))
+        kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", f"https://127.0.0.1:{_free_port()}",
+                                      token="unused", name="none")
         env = {"PATH": os.environ["PATH"], "KUBECONFIG": str(kubeconfig), "NAMESPACE": "gpu-platform"}
         log = open(Path(tmp) / "bbr.log", "w+")
         proc = subprocess.Popen([str(server), *args, f"--grpc-port={grpc}",

@@ -229,24 +229,33 @@ def test_pending_behind_a_node_side_cause_is_not_reported_twice(fleet, healthy_o
     assert {f.code for f in diagnose(fleet, snap(objs, healthy_series)).findings} == {"DR003"}
 
 
-def test_mig_manager_failed_and_mig_label_drift():
-    """The MIG links, on a MIG fleet's nodes as `expected_nodes` makes them (the fixture's
-    fleet has no MIG): mig-manager's failed state is DR004, a node relabelled to another
-    mig-parted config DR005; with the release records and agents absent, only those links
-    and the missing releases are named."""
+def _group_node_objects(fleet):
+    """(node group, its Node object) for every node of `fleet`'s groups, as `expected_nodes`
+    makes them (GFD's labels, the device plugin's resources), with the labels the printed
+    install puts on them (the pool's selector and the group label)."""
     import gpuvalues
-    fleet = _mig_fleet()
-    inv = gpuvalues.expected_nodes(fleet)
     from gpuvalues.fleet.spec import GROUP_LABEL
-    nodes = []
+    inv = gpuvalues.expected_nodes(fleet)
+    out = []
     for g in fleet.layout.node_groups:
         for n in inv.nodes:
             if n.name.startswith(g.name + "-"):
                 obj = n.to_k8s_node()
                 obj["metadata"]["labels"].update({**fleet.spec.pool(g.pool).selector, GROUP_LABEL: g.name})
-                if g.mig_devices is not None:
-                    obj["metadata"]["labels"]["nvidia.com/mig.config.state"] = "success"
-                nodes.append((g, obj))
+                out.append((g, obj))
+    return out
+
+
+def test_mig_manager_failed_and_mig_label_drift():
+    """The MIG links, on a MIG fleet's nodes as `expected_nodes` makes them (the fixture's
+    fleet has no MIG): mig-manager's failed state is DR004, a node relabelled to another
+    mig-parted config DR005; with the release records and agents absent, only those links
+    and the missing releases are named."""
+    fleet = _mig_fleet()
+    nodes = _group_node_objects(fleet)
+    for g, obj in nodes:
+        if g.mig_devices is not None:
+            obj["metadata"]["labels"]["nvidia.com/mig.config.state"] = "success"
     mig = [(g, o) for g, o in nodes if g.mig_devices is not None]
     assert mig
     g, obj = mig[0]
@@ -386,17 +395,8 @@ def test_gfd_labels_against_the_node_group(fleet, healthy_objects, healthy_serie
 def test_gfd_mig_strategy_against_the_plan():
     """On a MIG fleet's nodes (expected_nodes, as GFD makes them): a MIG strategy other
     than the plan's is DR020, the fix naming the plan's."""
-    import gpuvalues
-    from gpuvalues.fleet.spec import GROUP_LABEL
     fleet = _mig_fleet()
-    inv = gpuvalues.expected_nodes(fleet)
-    objs = []
-    for g in fleet.layout.node_groups:
-        for n in inv.nodes:
-            if n.name.startswith(g.name + "-"):
-                obj = n.to_k8s_node()
-                obj["metadata"]["labels"].update({**fleet.spec.pool(g.pool).selector, GROUP_LABEL: g.name})
-                objs.append(obj)
+    objs = [obj for _, obj in _group_node_objects(fleet)]
     # the node agents Running on every node (as the platform's DaemonSets' pods are)
     pods = tuple({"metadata": {"name": f"{comp}-{o['metadata']['name']}", "namespace": fleet.platform.namespace,
                                "labels": {"app.kubernetes.io/name": f"gpu-inference-{comp}",

@@ -33,6 +33,7 @@ from gpuvalues.planners.scheduling.inventory import (
     resource_amount,
 )
 from gpuvalues.planners.scheduling.topology import Topology
+from tests.conftest import write_kubeconfig
 from tests.unit.corrupt import corrupt
 
 DATA = Path(__file__).parent / "data" / "topo"
@@ -313,12 +314,7 @@ def test_live_cluster_via_kubeconfig(tmp_path):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "t",
-            "clusters": [{"name": "t", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
-            "users": [{"name": "u", "user": {"token": "x"}}],
-            "contexts": [{"name": "t", "context": {"cluster": "t", "user": "u"}}]}))
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{server.server_port}")
         inv = from_kubernetes(str(kubeconfig), label_selector="nvidia.com/gpu.present=true")
         assert inv == from_kubectl_json({"kind": "List", "items": NODE_LIST["items"][:2]})
         assert any("labelSelector=nvidia.com" in p for p in _FakeAPIServer.seen)

@@ -17,6 +17,7 @@ import tracemalloc
 import pytest
 
 from gpuvalues.operations import drain, kubeapi
+from tests.conftest import write_kubeconfig
 
 HUGE = 1 << 30          # what the server says it sends (1 GiB)
 
@@ -164,15 +165,7 @@ def test_negative_control_the_plain_client_reads_the_error_body_whole(server):
 
 # -- the read-only edges (inventory from a live cluster, doctor's live read) read the same way --
 def _kubeconfig(tmp_path, srv) -> str:
-    import yaml
-
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": f"http://127.0.0.1:{srv.srv.server_address[1]}"}}],
-        "users": [{"name": "u", "user": {"token": "x"}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "u"}}]}))
-    return str(path)
+    return str(write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{srv.srv.server_address[1]}"))
 
 
 def _read_nodes(kubeconfig):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from gpuvalues import cli
 from gpuvalues.operations import rollout
 from gpuvalues.operations.rollout import NodeChange, plan_waves
+from tests.conftest import write_kubeconfig
 
 
 def ch(node, pool="a"):
@@ -128,11 +129,7 @@ BASE = {
 def offline(monkeypatch, tmp_path):
     """No cluster reachable and none importable: any kubeconfig read or API call fails the test
     (the kubernetes package cannot be imported; $KUBECONFIG names a server nothing listens on)."""
-    kc = tmp_path / "kubeconfig"
-    kc.write_text(json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": "x",
-                              "clusters": [{"name": "x", "cluster": {"server": "https://127.0.0.1:1"}}],
-                              "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
-                              "users": [{"name": "x", "user": {}}]}))
+    kc = write_kubeconfig(tmp_path / "kubeconfig", "https://127.0.0.1:1", token=None)
     monkeypatch.setenv("KUBECONFIG", str(kc))
     for mod in [m for m in sys.modules if m == "kubernetes" or m.startswith("kubernetes.")]:
         monkeypatch.delitem(sys.modules, mod)
